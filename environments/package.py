@@ -1,0 +1,491 @@
+"""The environment package format: validating, hashing, reading and writing packages.
+
+A package is a mapping of relative POSIX paths to UTF-8 text (binary site assets are kept as
+"base64:..." strings). Pure Python: no Django, no database, and package code is never executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import hashlib
+import io
+import json
+import re
+import stat
+import tarfile
+import tomllib
+import zipfile
+import zlib
+from dataclasses import dataclass
+
+MAX_ARCHIVE_BYTES = 20 * 1024 * 1024
+MAX_ARCHIVE_FILES = 2000
+# Directory and junk entries are not files, but a hostile archive can still hold millions of them.
+MAX_ARCHIVE_ENTRIES = 10 * MAX_ARCHIVE_FILES
+
+MANIFEST_FILE = "environment.toml"
+TASKS_FILE = "tasks.jsonl"
+KINDS = ("python", "browser")
+GYMNASIUM_PREFIX = "gymnasium:"
+
+DEFAULT_LIMITS = {
+    "step_timeout_s": 10,
+    "episode_timeout_s": 300,
+    "verify_timeout_s": 30,
+    "memory_mb": 512,
+}
+DEFAULT_MAX_STEPS = 200
+DEFAULT_HIDDEN_TASK_FIELDS = ["answer", "solution"]
+MEMORY_MB_RANGE = (64, 8192)
+
+BINARY_SITE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".ico", ".webp", ".woff", ".woff2")
+BASE64_PREFIX = "base64:"
+
+_JUNK_COMPONENTS = {"__MACOSX", ".DS_Store", "__pycache__"}
+_ENTRYPOINT_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)$")
+_TOML_LINE_RE = re.compile(r"at line (\d+)")
+_FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class PackageProblem:
+    file: str
+    line: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        return _describe(self.file, self.line, self.reason)
+
+
+class InvalidPackage(Exception):
+    """A package or archive that cannot be accepted; `problems` lists every problem found."""
+
+    def __init__(self, file: str, line: int | None, reason: str, problems=None):
+        self.file = file
+        self.line = line
+        self.reason = reason
+        self.problems = list(problems) if problems else [PackageProblem(file, line, reason)]
+        super().__init__(_describe(file, line, reason))
+
+    @classmethod
+    def from_problems(cls, problems: list[PackageProblem]) -> "InvalidPackage":
+        first = problems[0]
+        return cls(first.file, first.line, first.reason, problems=problems)
+
+
+def _describe(file: str, line: int | None, reason: str) -> str:
+    where = f"{file} line {line}" if line is not None else file
+    return f"{where}: {reason}" if where else reason
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def validate_package(files: dict[str, str]) -> list[PackageProblem]:
+    """Every problem in the package, in a stable order (empty when the package is valid)."""
+    problems: list[PackageProblem] = []
+    for path in sorted(files):
+        reason = _unsafe_path_reason(path)
+        if reason:
+            problems.append(PackageProblem(path, None, reason))
+
+    manifest, manifest_problems = _check_manifest(files)
+    problems += manifest_problems
+    if manifest is not None:
+        problems += _check_entrypoint(files, manifest)
+        if manifest.get("kind") == "browser" and not any(p.startswith("site/") for p in files):
+            problems.append(
+                PackageProblem("site/", None, "a browser environment needs a site/ folder with at least one file")
+            )
+
+    problems += _check_python_files(files)
+    _, task_problems = _check_tasks(files)
+    problems += task_problems
+    return problems
+
+
+def ensure_valid_package(files: dict[str, str]) -> None:
+    """Raise InvalidPackage (first problem, with `.problems` holding all) unless the package is valid."""
+    problems = validate_package(files)
+    if problems:
+        raise InvalidPackage.from_problems(problems)
+
+
+def parse_manifest(files: dict[str, str]) -> dict:
+    """The parsed environment.toml with defaults filled in; raises InvalidPackage on any problem."""
+    manifest, problems = _check_manifest(files)
+    if problems:
+        raise InvalidPackage.from_problems(problems)
+    return manifest
+
+
+def parse_tasks(files: dict[str, str]) -> list[dict]:
+    """The tasks of tasks.jsonl in file order; raises InvalidPackage on any problem."""
+    tasks, problems = _check_tasks(files)
+    if problems:
+        raise InvalidPackage.from_problems(problems)
+    return tasks
+
+
+def _unsafe_path_reason(path: str) -> str | None:
+    if not path or path.startswith("/") or "\\" in path or re.match(r"^[A-Za-z]:", path):
+        return "path must be relative and use forward slashes"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "path must not contain empty, '.' or '..' components"
+    return None
+
+
+def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackageProblem]]:
+    text = files.get(MANIFEST_FILE)
+    if text is None:
+        return None, [PackageProblem(MANIFEST_FILE, None, "missing (every package needs one)")]
+    try:
+        raw = tomllib.loads(_as_text(text))
+    except tomllib.TOMLDecodeError as error:
+        match = _TOML_LINE_RE.search(str(error))
+        return None, [
+            PackageProblem(MANIFEST_FILE, int(match.group(1)) if match else None, f"invalid TOML: {error}")
+        ]
+
+    problems: list[PackageProblem] = []
+
+    def problem(key: str, reason: str, table: str | None = None) -> None:
+        problems.append(PackageProblem(MANIFEST_FILE, _toml_key_line(text, key, table), reason))
+
+    for key in ("name", "entrypoint"):
+        if key not in raw:
+            problem(key, f"missing required key '{key}'")
+        elif not isinstance(raw[key], str) or not raw[key].strip():
+            problem(key, f"'{key}' must be a non-empty string")
+    if "kind" not in raw:
+        problem("kind", "missing required key 'kind'")
+    elif raw["kind"] not in KINDS:
+        problem("kind", f"'kind' must be one of {', '.join(map(repr, KINDS))}, not {raw['kind']!r}")
+
+    entrypoint = raw.get("entrypoint")
+    if isinstance(entrypoint, str) and entrypoint.strip():
+        if not entrypoint.startswith(GYMNASIUM_PREFIX) and not _ENTRYPOINT_RE.match(entrypoint):
+            problem("entrypoint", f"entrypoint {entrypoint!r} must look like 'module:Class' or 'gymnasium:<id>'")
+        elif entrypoint.startswith(GYMNASIUM_PREFIX) and not entrypoint[len(GYMNASIUM_PREFIX):].strip():
+            problem("entrypoint", "entrypoint 'gymnasium:' needs an environment id")
+
+    if "max_steps" in raw and not (_is_int(raw["max_steps"]) and raw["max_steps"] > 0):
+        problem("max_steps", f"'max_steps' must be a positive integer, not {raw['max_steps']!r}")
+
+    limits = raw.get("limits", {})
+    if not isinstance(limits, dict):
+        problem("limits", "'limits' must be a table ([limits])")
+        limits = {}
+    for key in ("step_timeout_s", "episode_timeout_s", "verify_timeout_s"):
+        if key in limits and not (_is_number(limits[key]) and limits[key] > 0):
+            problem(key, f"limits.{key} must be a positive number, not {limits[key]!r}", "limits")
+    if "memory_mb" in limits:
+        low, high = MEMORY_MB_RANGE
+        value = limits["memory_mb"]
+        if not (_is_int(value) and low <= value <= high):
+            problem("memory_mb", f"limits.memory_mb must be an integer from {low} to {high}, not {value!r}", "limits")
+
+    hidden = raw.get("hidden_task_fields", DEFAULT_HIDDEN_TASK_FIELDS)
+    if not (isinstance(hidden, list) and all(isinstance(field, str) for field in hidden)):
+        problem("hidden_task_fields", "'hidden_task_fields' must be a list of strings")
+
+    if problems:
+        return None, problems
+    manifest = dict(raw)
+    manifest["max_steps"] = raw.get("max_steps", DEFAULT_MAX_STEPS)
+    manifest["limits"] = {**DEFAULT_LIMITS, **limits}
+    manifest["hidden_task_fields"] = list(hidden)
+    return manifest, []
+
+
+def _toml_key_line(text: str, key: str, table: str | None) -> int | None:
+    """Best-effort line of `key = ...` (inside [table] when given), for pointing at the problem."""
+    current_table = None
+    key_re = re.compile(rf"^\s*(?:\"{re.escape(key)}\"|{re.escape(key)})\s*=")
+    for number, line in enumerate(_as_text(text).splitlines(), start=1):
+        header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
+        if header:
+            current_table = header.group(1)
+            if table is None and current_table == key:
+                return number
+            continue
+        if current_table == table and key_re.match(line):
+            return number
+    return None
+
+
+def _check_entrypoint(files: dict[str, str], manifest: dict) -> list[PackageProblem]:
+    entrypoint = manifest["entrypoint"]
+    line = _toml_key_line(files[MANIFEST_FILE], "entrypoint", None)
+    if entrypoint.startswith(GYMNASIUM_PREFIX):
+        env_id = entrypoint[len(GYMNASIUM_PREFIX):]
+        import gymnasium  # noqa: PLC0415 - heavy, and only gymnasium packages need it
+
+        if env_id not in gymnasium.envs.registry:
+            return [PackageProblem(MANIFEST_FILE, line, f"unknown Gymnasium environment id {env_id!r}")]
+        return []
+
+    module, class_name = entrypoint.split(":")
+    candidates = [module.replace(".", "/") + ".py", module.replace(".", "/") + "/__init__.py"]
+    path = next((candidate for candidate in candidates if candidate in files), None)
+    if path is None:
+        return [PackageProblem(MANIFEST_FILE, line, f"entrypoint module {candidates[0]} is not in the package")]
+    try:
+        tree = ast.parse(_as_text(files[path]), filename=path)
+    except (SyntaxError, ValueError):
+        return []  # reported once, by _check_python_files
+    if class_name not in _top_level_names(tree):
+        return [PackageProblem(path, None, f"does not define a top-level class {class_name!r} (entrypoint {entrypoint})")]
+    return []
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at top level: classes, plus imports and assignments (aliases)."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            names.add(node.target.id)
+    return names
+
+
+def _check_python_files(files: dict[str, str]) -> list[PackageProblem]:
+    problems = []
+    for path in sorted(files):
+        if not path.endswith(".py"):
+            continue
+        try:
+            compile(_as_text(files[path]), path, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        except SyntaxError as error:
+            problems.append(PackageProblem(path, error.lineno, f"syntax error: {error.msg}"))
+        except ValueError as error:  # e.g. a null byte in the source
+            problems.append(PackageProblem(path, None, f"cannot be compiled: {error}"))
+    return problems
+
+
+def _check_tasks(files: dict[str, str]) -> tuple[list[dict], list[PackageProblem]]:
+    text = files.get(TASKS_FILE)
+    if text is None:
+        return [], [PackageProblem(TASKS_FILE, None, "missing (every package needs at least one task)")]
+    tasks: list[dict] = []
+    problems: list[PackageProblem] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(_as_text(text).splitlines(), start=1):
+        if not line.strip():
+            continue
+
+        def problem(reason: str) -> None:
+            problems.append(PackageProblem(TASKS_FILE, number, reason))
+
+        try:
+            task = json.loads(line)
+        except json.JSONDecodeError as error:
+            problem(f"invalid JSON: {error.msg}")
+            continue
+        if not isinstance(task, dict):
+            problem(f"a task must be a JSON object, not {type(task).__name__}")
+            continue
+        task_id = task.get("id")
+        if not isinstance(task_id, str) or not task_id:
+            problem("a task needs a non-empty string 'id'")
+        elif task_id in seen:
+            problem(f"duplicate task id {task_id!r} (first on line {seen[task_id]})")
+        else:
+            seen[task_id] = number
+        if "difficulty" in task and not _is_int(task["difficulty"]):
+            problem(f"'difficulty' must be an integer, not {task['difficulty']!r}")
+        tasks.append(task)
+    if not tasks and not problems:
+        problems.append(PackageProblem(TASKS_FILE, None, "has no tasks"))
+    return tasks, problems
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_text(value: str) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+# --- hashing ----------------------------------------------------------------------------------
+
+
+def content_hash(files: dict[str, str]) -> str:
+    """sha256 over the sorted (path, content) pairs, length-prefixed so boundaries cannot shift."""
+    digest = hashlib.sha256()
+    digest.update(len(files).to_bytes(8, "big"))
+    for path in sorted(files):
+        for part in (path.encode("utf-8"), files[path].encode("utf-8")):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+# --- archives ---------------------------------------------------------------------------------
+
+
+def is_binary_asset(path: str) -> bool:
+    """Binary files a package may carry (as "base64:..." values): images and fonts under site/."""
+    return path.startswith("site/") and path.lower().endswith(BINARY_SITE_EXTENSIONS)
+
+
+def read_archive(data: bytes, filename: str) -> dict[str, str]:
+    """The files of a .zip or .tar(.gz) package, refusing anything unsafe with InvalidPackage."""
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise InvalidPackage(filename, None, f"archive is larger than {MAX_ARCHIVE_BYTES // (1024 * 1024)} MB")
+    if data[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        members = _read_zip_members(data, filename)
+    elif data[:2] == b"\x1f\x8b" or data[257:262] == b"ustar":
+        members = _read_tar_members(data, filename)
+    else:
+        raise InvalidPackage(filename, None, "not a zip or tar.gz archive")
+
+    if not members:
+        raise InvalidPackage(filename, None, "archive holds no files")
+    members = _strip_common_folder(members)
+
+    files: dict[str, str] = {}
+    for path, content in members:
+        if path in files:
+            raise InvalidPackage(path, None, "appears twice in the archive")
+        if is_binary_asset(path):
+            files[path] = BASE64_PREFIX + base64.b64encode(content).decode("ascii")
+            continue
+        try:
+            files[path] = content.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidPackage(path, None, "not UTF-8 text (binary files are allowed only as images/fonts under site/)")
+    return files
+
+
+def _member_path(name: str) -> str | None:
+    """The cleaned relative path of an archive member, None for junk; raises on unsafe names."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        raise InvalidPackage(name, None, "absolute path in archive")
+    parts = [part for part in name.replace("\\", "/").split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise InvalidPackage(name, None, "path traversal ('..') in archive")
+    if not parts or any(part in _JUNK_COMPONENTS for part in parts):
+        return None
+    return "/".join(parts)
+
+
+class _SizeBudget:
+    """Counts uncompressed bytes actually read, so lying size headers cannot smuggle a bomb in."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.used = 0
+        self.files = 0
+
+    def count_file(self, name: str) -> None:
+        self.files += 1
+        if self.files > MAX_ARCHIVE_FILES:
+            raise InvalidPackage(name, None, f"archive has more than {MAX_ARCHIVE_FILES} files")
+
+    def declare(self, name: str, size: int) -> None:
+        if self.used + size > MAX_ARCHIVE_BYTES:
+            raise InvalidPackage(name, None, "archive content is larger than 20 MB uncompressed")
+
+    def read(self, name: str, stream) -> bytes:
+        chunks = []
+        while chunk := stream.read(64 * 1024):
+            self.used += len(chunk)
+            if self.used > MAX_ARCHIVE_BYTES:
+                raise InvalidPackage(name, None, "archive content is larger than 20 MB uncompressed")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _read_zip_members(data: bytes, filename: str) -> list[tuple[str, bytes]]:
+    budget = _SizeBudget(filename)
+    members = []
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = archive.infolist()
+            if len(infos) > MAX_ARCHIVE_ENTRIES:
+                raise InvalidPackage(filename, None, f"archive has more than {MAX_ARCHIVE_FILES} files")
+            for info in infos:
+                path = _member_path(info.filename)
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    raise InvalidPackage(info.filename, None, "symbolic links are not allowed in a package")
+                if info.is_dir() or path is None:
+                    continue
+                if info.flag_bits & 0x1:
+                    raise InvalidPackage(info.filename, None, "encrypted archive members are not supported")
+                budget.count_file(info.filename)
+                budget.declare(info.filename, info.file_size)
+                with archive.open(info) as stream:
+                    members.append((path, budget.read(info.filename, stream)))
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:
+        raise InvalidPackage(filename, None, f"corrupt or unsupported zip archive: {error}")
+    return members
+
+
+def _read_tar_members(data: bytes, filename: str) -> list[tuple[str, bytes]]:
+    budget = _SizeBudget(filename)
+    members = []
+    entries = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            while (info := archive.next()) is not None:
+                entries += 1
+                if entries > MAX_ARCHIVE_ENTRIES:
+                    raise InvalidPackage(filename, None, f"archive has more than {MAX_ARCHIVE_FILES} files")
+                path = _member_path(info.name)
+                if info.issym() or info.islnk():
+                    raise InvalidPackage(info.name, None, "symbolic and hard links are not allowed in a package")
+                if info.isdir() or path is None:
+                    continue
+                if not info.isreg():
+                    raise InvalidPackage(info.name, None, "devices, FIFOs and other special files are not allowed")
+                budget.count_file(info.name)
+                budget.declare(info.name, info.size)
+                stream = archive.extractfile(info)
+                members.append((path, budget.read(info.name, stream)))
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as error:
+        raise InvalidPackage(filename, None, f"corrupt or unsupported tar archive: {error}")
+    return members
+
+
+def _strip_common_folder(members: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    tops = {path.split("/", 1)[0] for path, _ in members}
+    if len(tops) == 1 and all("/" in path for path, _ in members):
+        return [(path.split("/", 1)[1], content) for path, content in members]
+    return members
+
+
+def build_zip(files: dict[str, str], root: str) -> bytes:
+    """A deterministic zip of the package under folder `root/` (same files -> same bytes)."""
+    prefix = f"{root.strip('/')}/" if root.strip("/") else ""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(files):
+            info = zipfile.ZipInfo(prefix + path, date_time=_FIXED_ZIP_TIME)
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.create_system = 3
+            archive.writestr(info, _file_bytes(path, files[path]))
+    return buffer.getvalue()
+
+
+def _file_bytes(path: str, content: str) -> bytes:
+    if is_binary_asset(path) and content.startswith(BASE64_PREFIX):
+        try:
+            return base64.b64decode(content[len(BASE64_PREFIX):], validate=True)
+        except binascii.Error:
+            raise InvalidPackage(path, None, "invalid base64 content")
+    return content.encode("utf-8")
