@@ -93,9 +93,11 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
 
     manifest, manifest_problems = _check_manifest(files)
     problems += manifest_problems
-    if manifest is not None:
-        problems += _check_entrypoint(files, manifest)
-        if manifest.get("kind") == "browser" and not any(p.startswith("site/") for p in files):
+    raw = _raw_manifest(files)
+    if raw is not None:
+        if _entrypoint_is_well_formed(raw.get("entrypoint")):
+            problems += _check_entrypoint(files, raw["entrypoint"])
+        if raw.get("kind") == "browser" and not any(p.startswith("site/") for p in files):
             problems.append(
                 PackageProblem("site/", None, "a browser environment needs a site/ folder with at least one file")
             )
@@ -216,8 +218,22 @@ def _toml_key_line(text: str, key: str, table: str | None) -> int | None:
     return None
 
 
-def _check_entrypoint(files: dict[str, str], manifest: dict) -> list[PackageProblem]:
-    entrypoint = manifest["entrypoint"]
+def _raw_manifest(files: dict[str, str]) -> dict | None:
+    try:
+        return tomllib.loads(_as_text(files[MANIFEST_FILE]))
+    except (KeyError, tomllib.TOMLDecodeError):
+        return None
+
+
+def _entrypoint_is_well_formed(entrypoint) -> bool:
+    if not isinstance(entrypoint, str):
+        return False
+    if entrypoint.startswith(GYMNASIUM_PREFIX):
+        return bool(entrypoint[len(GYMNASIUM_PREFIX):].strip())
+    return bool(_ENTRYPOINT_RE.match(entrypoint))
+
+
+def _check_entrypoint(files: dict[str, str], entrypoint: str) -> list[PackageProblem]:
     line = _toml_key_line(files[MANIFEST_FILE], "entrypoint", None)
     if entrypoint.startswith(GYMNASIUM_PREFIX):
         env_id = entrypoint[len(GYMNASIUM_PREFIX):]

@@ -1,0 +1,311 @@
+"""studio_sdk: what an Environment Studio environment is written against.
+
+The sandbox puts this folder on sys.path, so a package's env.py imports it directly. Everything an
+environment returns crosses the sandbox boundary as JSON; `jsonable` does the conversion. Pure
+Python; numpy and gymnasium are used only when the environment uses them.
+
+Example env.py (entrypoint "env:CoinFlip")::
+
+    from studio_sdk import Environment, tool
+
+    class CoinFlip(Environment):
+        action_space = {"type": "choice", "values": ["heads", "tails"]}
+        tools = [tool("call", "Call the coin", {
+            "type": "object",
+            "properties": {"side": {"type": "string", "enum": ["heads", "tails"]}},
+            "required": ["side"],
+        })]
+
+        def reset(self, task, seed):
+            self.seed_rng(seed, task["id"])       # same task + seed -> same episode
+            self.coin = self.rng.choice(["heads", "tails"])
+            self.called = None
+            return "A coin was flipped. Call it."
+
+        def step(self, action):
+            self.called = action["arguments"]["side"] if isinstance(action, dict) else action
+            reward = 1.0 if self.called == self.coin else 0.0
+            return f"It was {self.coin}.", reward, True, False, {}
+
+        def verify(self):                         # judges the final state, not the step rewards
+            if self.called == self.coin:
+                return 1.0, f"called {self.coin} correctly"
+            return 0.0, f"called {self.called}, coin was {self.coin}"
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+import random
+import re
+import sys
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Environment",
+    "GymnasiumEnvironment",
+    "StepResult",
+    "jsonable",
+    "sample_action",
+    "tool",
+]
+
+
+class StepResult(NamedTuple):
+    """Gymnasium's five step values; a plain tuple of the same order works just as well."""
+
+    observation: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+
+
+class Environment:
+    """Base class for environments. Override `reset` and `step`; `verify` and `tools` are optional.
+
+    - `reset(task, seed)`: start an episode of `task` (a dict from tasks.jsonl); return the observation.
+    - `step(action)`: apply a JSON action; return (observation, reward, terminated, truncated, info).
+    - `verify()`: judge the final state and return (reward, reason), or None when there is no verifier.
+    - `tools`: tool specs for LLM agents, in OpenAI function format (build them with `tool`).
+    - `action_space`: a JSON description random agents sample from (see `sample_action`), or None.
+    - `rng`: a random.Random; call `self.seed_rng(seed)` in reset so episodes are reproducible.
+    """
+
+    tools: list[dict] = []
+    action_space: dict | None = None
+
+    @property
+    def rng(self) -> random.Random:
+        # Lazily created, so subclasses that skip super().__init__() still have one.
+        if "_rng" not in self.__dict__:
+            self._rng = random.Random(0)
+        return self._rng
+
+    @rng.setter
+    def rng(self, value: random.Random) -> None:
+        self._rng = value
+
+    def seed_rng(self, seed: int, *salt: Any) -> random.Random:
+        """Reseed `self.rng` from the seed (and optional salt such as the task id); returns it."""
+        material = ":".join(str(part) for part in (seed, *salt)) if salt else seed
+        self.rng = random.Random(material)
+        return self.rng
+
+    def reset(self, task: dict, seed: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement reset(task, seed)")
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        raise NotImplementedError(f"{type(self).__name__} must implement step(action)")
+
+    def verify(self) -> tuple[float, str] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def tool(name: str, description: str, parameters: dict | None = None) -> dict:
+    """A tool spec in OpenAI function format; `parameters` is a JSON schema of type object."""
+    if not _TOOL_NAME_RE.match(name):
+        raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise ValueError(f"parameters of tool {name!r} must be a JSON schema with \"type\": \"object\"")
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON types: numpy scalars and arrays, tuples, sets, bytes (base64 text),
+    dataclasses, dicts and lists, recursively. Raises TypeError naming any other type."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        return value
+    numpy = sys.modules.get("numpy")  # numpy values can only exist if numpy was imported
+    if numpy is not None:
+        if isinstance(value, numpy.ndarray):
+            return jsonable(value.tolist())
+        if isinstance(value, numpy.generic):
+            return jsonable(value.item())
+    if isinstance(value, dict):
+        return {_jsonable_key(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, (set, frozenset)):
+        items = [jsonable(item) for item in value]
+        return sorted(items, key=lambda item: (type(item).__name__, repr(item)))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    raise TypeError(f"cannot convert {type(value).__module__}.{type(value).__qualname__} to JSON")
+
+
+def _jsonable_key(key: Any) -> str:
+    key = jsonable(key)
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bool, int, float)) or key is None:
+        return str(key)
+    raise TypeError(f"cannot use a {type(key).__name__} as a JSON object key")
+
+
+def sample_action(space: dict | None, rng: random.Random) -> Any:
+    """A random action from a JSON action space description, reproducible for a seeded rng."""
+    if not space:
+        raise ValueError("this environment has no action_space to sample from")
+    kind = space.get("type")
+    if kind == "discrete":
+        return space.get("start", 0) + rng.randrange(space["n"])
+    if kind == "choice":
+        return rng.choice(space["values"])
+    if kind == "text":
+        length = rng.randint(1, space.get("max_length", 16))
+        return "".join(rng.choice(space.get("alphabet", "abcdefghijklmnopqrstuvwxyz ")) for _ in range(length))
+    if kind == "box":
+        return _sample_box(space, rng)
+    if kind == "multi_discrete":
+        return [rng.randrange(n) for n in space["nvec"]]
+    if kind == "multi_binary":
+        return [rng.randrange(2) for _ in range(math.prod(_as_shape(space["n"])))]
+    raise ValueError(f"cannot sample from action space type {kind!r}")
+
+
+def _as_shape(value) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _sample_box(space: dict, rng: random.Random) -> list:
+    shape = space["shape"]
+    count = math.prod(shape)
+    lows = _flatten(space["low"], count)
+    highs = _flatten(space["high"], count)
+    integer = str(space.get("dtype", "float")).startswith(("int", "uint"))
+    values = []
+    for low, high in zip(lows, highs):
+        # Unbounded sides sample like Gymnasium does in spirit: around the finite bound or zero.
+        low = -1e6 if low is None else low
+        high = 1e6 if high is None else high
+        values.append(rng.randint(int(low), int(high)) if integer else rng.uniform(low, high))
+    return _reshape(values, shape)
+
+
+def _flatten(value, count: int) -> list:
+    if not isinstance(value, list):
+        return [value] * count
+    flat: list = []
+    stack = [value]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, list):
+            stack[:0] = item
+        else:
+            flat.append(item)
+    return flat
+
+
+def _reshape(values: list, shape: list[int]) -> Any:
+    if not shape:
+        return values[0]
+    if len(shape) == 1:
+        return values
+    size = math.prod(shape[1:])
+    return [_reshape(values[i * size:(i + 1) * size], shape[1:]) for i in range(shape[0])]
+
+
+class GymnasiumEnvironment(Environment):
+    """Wraps a registered Gymnasium environment (entrypoint "gymnasium:<id>").
+
+    `reset(task, seed)` makes a fresh `gymnasium.make(id, **task.get("kwargs", {}))` and resets it
+    with `seed`, so the same seed and actions give exactly Gymnasium's own observations and rewards.
+    Gymnasium's reset info is kept as `self.last_info`.
+    """
+
+    def __init__(self, env_id: str):
+        self.env_id = env_id
+        self.env = None
+        self.last_info: dict = {}
+        self._kwargs: dict = {}
+
+    def reset(self, task: dict, seed: int) -> Any:
+        import gymnasium  # noqa: PLC0415 - only gymnasium-backed environments pay for the import
+
+        self.close()
+        self._kwargs = dict(task.get("kwargs") or {})
+        self.env = gymnasium.make(self.env_id, **self._kwargs)
+        observation, info = self.env.reset(seed=seed)
+        self.env.action_space.seed(seed)
+        self.seed_rng(seed)
+        self.last_info = jsonable(info)
+        return jsonable(observation)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.env is None:
+            raise RuntimeError("step() called before reset()")
+        observation, reward, terminated, truncated, info = self.env.step(self._to_gym_action(action))
+        return StepResult(jsonable(observation), float(reward), bool(terminated), bool(truncated), jsonable(info))
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+    def sample_action(self) -> Any:
+        """A random action from Gymnasium's own space sampler (seeded in reset)."""
+        if self.env is None:
+            raise RuntimeError("sample_action() called before reset()")
+        return jsonable(self.env.action_space.sample())
+
+    @property
+    def action_space(self) -> dict | None:
+        if self.env is not None:
+            return describe_space(self.env.action_space)
+        import gymnasium  # noqa: PLC0415
+
+        env = gymnasium.make(self.env_id, **self._kwargs)
+        try:
+            return describe_space(env.action_space)
+        finally:
+            env.close()
+
+    def _to_gym_action(self, action: Any) -> Any:
+        import numpy  # noqa: PLC0415
+        from gymnasium import spaces  # noqa: PLC0415
+
+        space = self.env.action_space
+        if isinstance(space, spaces.Discrete):
+            return int(action)
+        if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
+            return numpy.asarray(action, dtype=space.dtype).reshape(space.shape)
+        return action
+
+
+def describe_space(space) -> dict:
+    """A JSON description of a Gymnasium space (non-finite Box bounds become null)."""
+    from gymnasium import spaces  # noqa: PLC0415
+
+    if isinstance(space, spaces.Discrete):
+        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.Box):
+        def bounds(array):
+            return [None if not math.isfinite(value) else value for value in array.astype(float).ravel().tolist()]
+
+        return {
+            "type": "box",
+            "low": _reshape(bounds(space.low), list(space.shape)) if space.shape else bounds(space.low)[0],
+            "high": _reshape(bounds(space.high), list(space.shape)) if space.shape else bounds(space.high)[0],
+            "shape": list(space.shape),
+            "dtype": str(space.dtype),
+        }
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"type": "multi_discrete", "nvec": jsonable(space.nvec)}
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "multi_binary", "n": jsonable(space.n)}
+    return {"type": "unsupported", "description": str(space)}
