@@ -1,0 +1,665 @@
+"""The `process` sandbox backend: the client the worker uses to drive one runner.py process.
+
+One sandbox = one process under its own uid (as root: a slot from UID_BASE up, so sandboxes cannot
+read each other's 0700 working directories or signal each other), its own session and process
+group, its own empty network namespace, lowered rlimits, an emptied environment and a fresh working
+directory holding only the package's files. Each call has a wall-clock timeout; on timeout, crash or
+close the whole group and everything left under the sandbox uid is SIGKILLed and reaped.
+"""
+
+import ctypes
+import ctypes.util
+import dataclasses
+import errno
+import fcntl
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from . import protocol
+from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
+
+RUNNER_PATH = Path(__file__).with_name("runner.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# Debian's interpreter: the pyenv interpreters under /root are unreadable to sandbox uids.
+SANDBOX_PYTHON = "/usr/bin/python3"
+SDK_PATH = REPO_ROOT / "environments" / "sdk"
+SANDBOX_ROOT = Path(tempfile.gettempdir()) / "studio-sandboxes"
+UID_BASE = 60000
+UID_COUNT = 2000
+STDERR_TAIL_BYTES = 16 * 1024
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
+
+_libc_name = ctypes.util.find_library("c")
+_LIBC = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
+
+
+def default_python_path():
+    """What sandboxed code imports from: the SDK, then this interpreter's site-packages (numpy, gymnasium)."""
+    paths = [str(SDK_PATH)]
+    for key in ("purelib", "platlib"):
+        path = sysconfig.get_paths()[key]
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    """Per-sandbox limits; the [limits] table of environment.toml fills the first three."""
+
+    step_timeout_s: float = 5.0
+    episode_timeout_s: float = 300.0
+    memory_mb: int = 512
+    load_timeout_s: float = 30.0
+    cpu_s: int | None = None  # CPU seconds for the process; defaults to episode_timeout_s
+    nproc: int = 32
+    fsize_mb: int = 16
+    nofile: int = 256
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "SandboxLimits":
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in (values or {}).items() if key in names and value is not None})
+
+    @property
+    def effective_cpu_s(self) -> int:
+        return int(self.cpu_s or math.ceil(self.episode_timeout_s))
+
+    def for_runner(self) -> dict:
+        return {
+            "memory_mb": self.memory_mb,
+            "cpu_s": self.effective_cpu_s,
+            "nproc": self.nproc,
+            "fsize_mb": self.fsize_mb,
+            "nofile": self.nofile,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxConfig:
+    """Host-side settings (the Django settings build one); the defaults suit this machine."""
+
+    python: str = SANDBOX_PYTHON
+    python_path: tuple[str, ...] | None = None  # None: default_python_path()
+    root: Path = SANDBOX_ROOT
+    uid_base: int = UID_BASE
+    uid_count: int = UID_COUNT
+    isolate_network: bool = True
+    # Ceilings set at spawn; load lowers them to the rollout's SandboxLimits.
+    max_memory_mb: int = 4096
+    max_cpu_s: int = 3600
+    nproc: int = 32
+    fsize_mb: int = 16
+    nofile: int = 256
+    # Modules a pre-warmed runner imports while waiting (e.g. ("numpy", "gymnasium")).
+    preload: tuple[str, ...] = ()
+
+
+DEFAULT_CONFIG = SandboxConfig()
+
+
+class StepResult(NamedTuple):
+    observation: Any
+    reward: float | None
+    terminated: bool
+    truncated: bool
+    info: dict
+
+
+# -- uid slots ------------------------------------------------------------------------------------
+
+
+class UidSlot:
+    """A sandbox uid held through an flock, so worker processes on one host never share one."""
+
+    def __init__(self, uid: int, lock_fd: int | None):
+        self.uid = uid
+        self.lock_fd = lock_fd
+
+    def release(self) -> None:
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+_next_slot = [os.getpid() * 17]
+
+
+def acquire_uid_slot(config: SandboxConfig) -> UidSlot:
+    lock_dir = config.root / "slots"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    start = _next_slot[0]
+    for offset in range(config.uid_count):
+        index = (start + offset) % config.uid_count
+        uid = config.uid_base + index
+        fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        # Left-overs of a crashed worker: kill them; zombies still count against RLIMIT_NPROC, skip.
+        if kill_uid_processes(uid) > 0:
+            os.close(fd)
+            continue
+        _next_slot[0] = index + 1
+        return UidSlot(uid, fd)
+    raise SandboxCrashed(f"no free sandbox uid in {config.uid_base}..{config.uid_base + config.uid_count - 1}")
+
+
+def _uid_processes(uid: int) -> tuple[list[int], int]:
+    """(live pids, zombie count) of processes whose real uid is `uid`."""
+    live, zombies = [], 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as status:
+                text = status.read(2048)
+        except OSError:
+            continue
+        state = uid_line = None
+        for line in text.split(b"\n"):
+            if line.startswith(b"State:"):
+                state = line.split()[1]
+            elif line.startswith(b"Uid:"):
+                uid_line = line
+                break
+        if uid_line is None or int(uid_line.split()[1]) != uid:
+            continue
+        if state in (b"Z", b"X"):
+            zombies += 1
+        else:
+            live.append(int(entry.name))
+    return live, zombies
+
+
+def kill_uid_processes(uid: int, rounds: int = 50) -> int:
+    """SIGKILL every process of `uid` (escapees of the process group included); returns zombies left."""
+    zombies = 0
+    for _ in range(rounds):
+        live, zombies = _uid_processes(uid)
+        if not live:
+            break
+        for pid in live:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.002)
+    if zombies:
+        # The init process reaps orphans; give it a moment.
+        for _ in range(50):
+            live, zombies = _uid_processes(uid)
+            if not live and not zombies:
+                break
+            time.sleep(0.005)
+    return len(live) + zombies
+
+
+# -- the sandbox ----------------------------------------------------------------------------------
+
+
+def _child_setup(*, uid, gid, rlimits, isolate_network):
+    """Runs in the child between fork and exec: namespace, rlimits, then drop to the sandbox uid."""
+
+    def setup():
+        if isolate_network and _LIBC is not None:
+            # Failure is fine: the runner reports its namespace and the client records the outcome.
+            _LIBC.unshare(CLONE_NEWNET if uid is not None else CLONE_NEWUSER | CLONE_NEWNET)
+        for resource_id, value in rlimits:
+            resource.setrlimit(resource_id, (value, value))
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        if _LIBC is not None:
+            # Set after setuid, which clears it: the sandbox dies with the worker.
+            _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return setup
+
+
+def _validated_relative(name: str) -> Path:
+    path = Path(name)
+    if not name or path.is_absolute() or any(part in ("", ".", "..") for part in path.parts):
+        raise ValueError(f"bad file name in package: {name!r}")
+    return path
+
+
+def _entry_label(mode: str, entrypoint: str) -> str:
+    if entrypoint.startswith("gymnasium:"):
+        return entrypoint
+    module = entrypoint.partition(":")[0] or ("agent" if mode == "agent" else "env")
+    return module if module.endswith(".py") else f"{module}.py"
+
+
+class ProcessSandbox:
+    """One sandboxed runner: `start` (or `spawn` + `load`), then reset/step/verify or reset/act, close.
+
+    with ProcessSandbox() as env:
+        env.start(files, mode="env", entrypoint="env:Maze", limits=SandboxLimits(step_timeout_s=2))
+        observation = env.reset({"id": "t1"}, seed=0)
+        observation, reward, terminated, truncated, info = env.step(action)
+    """
+
+    backend = "process"
+
+    def __init__(self, config: SandboxConfig = DEFAULT_CONFIG):
+        self.config = config
+        self.limits = SandboxLimits()
+        self.mode: str | None = None
+        self.entrypoint = ""
+        self.label = "sandbox"
+        self.facts: dict = {}
+        self.network_isolated = False
+        self.uid: int | None = None
+        self.uid_switched = False
+        self.workdir: Path | None = None
+        self.pooled = False
+        self._proc: subprocess.Popen | None = None
+        self._slot: UidSlot | None = None
+        self._buffer = bytearray()
+        self._stderr_tail = bytearray()
+        self._stderr_open = False
+        self._killed_by_us = False
+        self._closed = False
+        self._episode_deadline: float | None = None
+        self._dead = False
+        self.tools: list | None = None
+        self.action_space: dict | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def spawn(self) -> "ProcessSandbox":
+        """Start the runner process (interpreter up, waiting for `load`), in a fresh empty workdir."""
+        if self._proc is not None:
+            raise SandboxError("sandbox already started")
+        config = self.config
+        root = config.root
+        root.mkdir(mode=0o711, exist_ok=True)
+        self._check_root(root)
+        is_root = os.geteuid() == 0
+        notes = []
+        try:
+            if is_root:
+                self._slot = acquire_uid_slot(config)
+                self.uid, gid = self._slot.uid, self._slot.uid
+                self.uid_switched = True
+            else:
+                self.uid, gid = os.getuid(), None
+                notes.append("host is not root: sandbox runs as the worker's own uid (no uid switch)")
+            self.workdir = Path(tempfile.mkdtemp(prefix="sb-", dir=root))
+            if is_root:
+                os.chown(self.workdir, self.uid, gid)
+            os.chmod(self.workdir, 0o700)
+
+            python_path = list(config.python_path) if config.python_path is not None else default_python_path()
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": str(self.workdir),
+                "TMPDIR": str(self.workdir),
+                "PYTHONPATH": os.pathsep.join(python_path),
+                "PYTHONHASHSEED": "0",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                # One BLAS thread: predictable CPU use, and a far smaller address space under RLIMIT_AS.
+                "OPENBLAS_NUM_THREADS": "1",
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+            }
+            argv = [config.python, "-B", "-s", str(RUNNER_PATH)]
+            if config.preload:
+                argv.append("--preload=" + ",".join(config.preload))
+            mb = 1024 * 1024
+            rlimits = [
+                (resource.RLIMIT_AS, config.max_memory_mb * mb),
+                (resource.RLIMIT_CPU, config.max_cpu_s),
+                (resource.RLIMIT_NPROC, config.nproc),
+                (resource.RLIMIT_FSIZE, config.fsize_mb * mb),
+                (resource.RLIMIT_NOFILE, config.nofile),
+                (resource.RLIMIT_CORE, 0),
+            ]
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.workdir,
+                env=env,
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=_child_setup(
+                    uid=self.uid if is_root else None,
+                    gid=gid,
+                    rlimits=rlimits,
+                    isolate_network=config.isolate_network,
+                ),
+            )
+        except BaseException:
+            self._release()
+            raise
+        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+        self._stderr_open = True
+        self.facts = {"backend": self.backend, "uid": self.uid, "uid_switched": self.uid_switched, "notes": notes}
+        return self
+
+    def start(
+        self,
+        files: dict[str, str | bytes],
+        mode: str = "env",
+        entrypoint: str = "env:Environment",
+        limits: SandboxLimits | dict | None = None,
+    ) -> dict:
+        """Spawn (unless pre-warmed) and load; returns the reproducibility facts."""
+        if self._proc is None:
+            self.spawn()
+        return self.load(files, mode=mode, entrypoint=entrypoint, limits=limits)
+
+    def load(self, files, *, mode: str, entrypoint: str, limits=None) -> dict:
+        if mode not in protocol.MODES:
+            raise ValueError(f"mode must be one of {protocol.MODES}, got {mode!r}")
+        if not isinstance(limits, SandboxLimits):
+            limits = SandboxLimits.from_dict(limits)
+        self.limits, self.mode, self.entrypoint = limits, mode, entrypoint
+        self.label = _entry_label(mode, entrypoint)
+        try:
+            self._write_files(files)
+        except BaseException:
+            self.close()
+            raise
+        try:
+            result = self._call("load", limits.load_timeout_s, mode=mode, entrypoint=entrypoint, limits=limits.for_runner())
+        except UserCodeError:
+            self.close()  # a sandbox whose code did not load is of no further use
+            raise
+        host_netns = os.readlink("/proc/self/ns/net")
+        self.network_isolated = bool(result.get("netns")) and result["netns"] != host_netns
+        self.facts.update(
+            {
+                "python": result.get("python"),
+                "numpy": result.get("numpy"),
+                "gymnasium": result.get("gymnasium"),
+                "uid": result.get("uid"),
+                "pid": result.get("pid"),
+                "network_isolated": self.network_isolated,
+                "limits": dataclasses.asdict(limits) | {"applied": result.get("limits")},
+                "pooled": self.pooled,
+                "mode": mode,
+                "entrypoint": entrypoint,
+            }
+        )
+        if not self.network_isolated:
+            self.facts["notes"].append("network namespace could not be created: network is NOT cut off")
+        self.tools = result.get("tools")
+        return self.facts
+
+    def close(self) -> None:
+        """Ask the runner to close the environment, then kill whatever is left and remove the workdir."""
+        if self._closed:
+            return
+        if self._proc is not None and not self._dead and self._proc.poll() is None and self.mode is not None:
+            try:
+                self._call("close", 1.0)
+            except SandboxError:
+                pass
+        self._kill()
+        self._release()
+        self._closed = True
+
+    def __enter__(self) -> "ProcessSandbox":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __del__(self):
+        # Last resort only; callers close explicitly or use `with`.
+        if not getattr(self, "_closed", True) and getattr(self, "_proc", None) is not None:
+            try:
+                self._kill()
+                self._release()
+            except Exception:
+                pass
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self._closed and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def stderr_tail(self) -> str:
+        """The last few KB the sandbox wrote to stderr (user prints included), for logs."""
+        return self._stderr_tail.decode("utf-8", "replace")
+
+    # -- protocol calls -----------------------------------------------------------------------
+
+    def reset(self, task: dict, seed: int | None) -> Any:
+        """Start an episode; env mode returns the first observation (agent mode returns None)."""
+        self._episode_deadline = time.monotonic() + self.limits.episode_timeout_s
+        result = self._call("reset", self.limits.step_timeout_s, task=task, seed=seed)
+        if self.mode == "env":
+            self.action_space = result.get("action_space")
+            return result["observation"]
+        return None
+
+    def step(self, action: Any) -> StepResult:
+        self._require("env", "step")
+        result = self._call("step", self.limits.step_timeout_s, action=action)
+        return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
+
+    def verify(self, timeout: float | None = None) -> tuple[float | None, str]:
+        self._require("env", "verify")
+        result = self._call("verify", timeout if timeout is not None else self.limits.step_timeout_s)
+        return result["reward"], result["reason"]
+
+    def act(self, observation: Any, info: dict | None = None) -> Any:
+        self._require("agent", "act")
+        return self._call("act", self.limits.step_timeout_s, observation=observation, info=info or {})
+
+    def _require(self, mode: str, op: str) -> None:
+        if self.mode != mode:
+            raise SandboxError(f"{op}() is only for {mode} sandboxes (this one is {self.mode})")
+
+    def _call(self, op: str, timeout: float, **fields) -> Any:
+        if self._closed or self._proc is None or self._dead:
+            raise SandboxCrashed(f"{self.label} {op}(): the sandbox is no longer running")
+        timeout_reason = f"{self.label} {op}() did not answer within {timeout:.1f} s"
+        deadline = time.monotonic() + timeout
+        if self._episode_deadline is not None and op not in ("load", "close") and self._episode_deadline < deadline:
+            deadline = self._episode_deadline
+            timeout_reason = (
+                f"{self.label} episode did not finish within episode_timeout_s={self.limits.episode_timeout_s:g} s"
+                f" (during {op}())"
+            )
+        try:
+            line = protocol.encode(protocol.request(op, **fields))
+        except (TypeError, ValueError) as exc:
+            raise SandboxError(f"{op}() arguments are not JSON: {exc}") from None
+        self._send(line, deadline, op, timeout_reason)
+        response = self._receive(deadline, op, timeout_reason)
+        if response.get("ok") is True:
+            return response.get("result")
+        kind = response.get("kind", protocol.KIND_EXCEPTION)
+        message = response.get("error") or "unknown error"
+        if kind == protocol.KIND_PROTOCOL:
+            self._kill()
+            raise SandboxProtocolError(f"{self.label} {op}(): the runner refused the request: {message}")
+        raise UserCodeError(message, kind=kind, op=op)
+
+    def _send(self, line: bytes, deadline: float, op: str, timeout_reason: str) -> None:
+        fd = self._proc.stdin.fileno()
+        view = memoryview(line)
+        while view:
+            try:
+                written = os.write(fd, view)
+                view = view[written:]
+                continue
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                self._crashed(op)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._timed_out(timeout_reason)
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            poller.poll(remaining * 1000)
+
+    def _receive(self, deadline: float, op: str, timeout_reason: str) -> dict:
+        out_fd = self._proc.stdout.fileno()
+        err_fd = self._proc.stderr.fileno()
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                try:
+                    return protocol.decode(line)
+                except protocol.ProtocolError as exc:
+                    self._kill()
+                    raise SandboxProtocolError(f"{self.label} {op}(): sandbox broke the protocol: {exc}") from None
+            if len(self._buffer) > protocol.MAX_LINE_BYTES:
+                self._kill()
+                raise SandboxProtocolError(f"{self.label} {op}(): sandbox sent a line over {protocol.MAX_LINE_BYTES} bytes")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._timed_out(timeout_reason)
+            poller = select.poll()
+            poller.register(out_fd, select.POLLIN)
+            if self._stderr_open:
+                poller.register(err_fd, select.POLLIN)
+            for fd, _event in poller.poll(remaining * 1000):
+                data = self._read(fd)
+                if fd == out_fd:
+                    if not data:
+                        self._crashed(op)
+                    self._buffer += data
+                elif data:
+                    self._stderr_tail += data
+                    del self._stderr_tail[:-STDERR_TAIL_BYTES]
+                else:
+                    self._stderr_open = False
+
+    @staticmethod
+    def _read(fd: int) -> bytes | None:
+        try:
+            return os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return None  # spurious wake-up; poll again
+        except OSError as exc:
+            if exc.errno == errno.EIO:
+                return b""
+            raise
+
+    def _timed_out(self, reason: str):
+        self._kill()
+        raise SandboxTimeout(reason)
+
+    def _crashed(self, op: str):
+        """The protocol pipe closed: wait briefly for the exit status, then explain it."""
+        try:
+            self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        killed_by_us = self._killed_by_us
+        self._kill()
+        raise SandboxCrashed(f"{self.label} {op}(): {self._describe_exit(self._proc.returncode, killed_by_us)}")
+
+    def _describe_exit(self, returncode: int | None, killed_by_us: bool) -> str:
+        limits = self.limits
+        if returncode is None:
+            reason = "sandbox closed its protocol pipe"
+        elif returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            if name == "SIGKILL" and not killed_by_us:
+                reason = f"sandbox process was killed (SIGKILL), most likely out of memory (memory_mb={limits.memory_mb})"
+            elif name == "SIGXCPU":
+                reason = f"sandbox used up its CPU time (cpu_s={limits.effective_cpu_s}) and was killed (SIGXCPU)"
+            elif name == "SIGXFSZ":
+                reason = f"sandbox wrote a file over the size limit (fsize_mb={limits.fsize_mb}) and was killed (SIGXFSZ)"
+            else:
+                reason = f"sandbox exited with signal {name}"
+        else:
+            reason = f"sandbox exited with status {returncode}"
+        last = [line for line in self.stderr_tail().splitlines() if line.strip()]
+        if last:
+            reason += f"; last stderr line: {last[-1][-300:]}"
+        return reason
+
+    # -- files and teardown -------------------------------------------------------------------
+
+    def _write_files(self, files: dict) -> None:
+        uid = self.uid if self.uid_switched else None
+        for name, content in files.items():
+            relative = _validated_relative(name)
+            target = self.workdir / relative
+            for parent in reversed(relative.parents[:-1]):
+                directory = self.workdir / parent
+                if not directory.exists():
+                    directory.mkdir(mode=0o700)
+                    if uid is not None:
+                        os.chown(directory, uid, uid)
+            data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            if uid is not None:
+                os.chown(target, uid, uid)
+
+    def _kill(self) -> None:
+        """SIGKILL the process group, then anything else of the sandbox uid (setsid escapees); reap."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._killed_by_us = True
+        self._dead = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._stderr_open = False
+
+    def _release(self) -> None:
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
+
+    @staticmethod
+    def _check_root(root: Path) -> None:
+        info = root.lstat()
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise SandboxError(f"{root} must be owned by uid {os.geteuid()} and writable by nobody else")

@@ -1,0 +1,342 @@
+"""The program inside a sandbox: loads an environment or a scripted agent and answers protocol requests.
+
+Run as a script by Debian's /usr/bin/python3 under a sandbox uid (see process.py); standard library,
+the SDK and protocol.py only. It owns the protocol pipe before any user code runs.
+"""
+
+import os
+import sys
+
+# Take private copies of the protocol pipe, then point fd 0 at /dev/null and fd 1 at stderr, so that
+# user code that prints, writes to fd 1 or reads stdin cannot corrupt or steal protocol messages.
+# os.dup() returns non-inheritable descriptors, so subprocesses of user code do not get them either.
+_PROTOCOL_IN = os.dup(0)
+_PROTOCOL_OUT = os.dup(1)
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+import importlib  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+import protocol  # noqa: E402  (beside this file; the runner's directory is sys.path[0])
+
+# The runner's own directory must not shadow or expose anything to user code.
+del sys.path[0]
+
+
+class ContractError(Exception):
+    """User code returned something the environment contract does not allow."""
+
+
+def _fallback_jsonable(value):
+    """Used only when the SDK is not importable: plain JSON types, numpy through tolist()/item()."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {str(k): _fallback_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_fallback_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _fallback_jsonable(value.tolist())
+    if hasattr(value, "item"):
+        return _fallback_jsonable(value.item())
+    return str(value)
+
+
+def _load_jsonable():
+    try:
+        from studio_sdk import jsonable
+    except ImportError:
+        return _fallback_jsonable
+    return jsonable
+
+
+def _version_of(module_name):
+    module = sys.modules.get(module_name)
+    if module is not None and hasattr(module, "__version__"):
+        return module.__version__
+    try:
+        from importlib import metadata
+
+        return metadata.version(module_name)
+    except Exception:
+        return None
+
+
+def apply_limits(limits):
+    """Lower this process's rlimits (a process may always lower its own)."""
+    applied = {}
+
+    def lower(resource_id, value):
+        soft, hard = resource.getrlimit(resource_id)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(resource_id, (value, value))
+        return value
+
+    if limits.get("memory_mb"):
+        applied["memory_mb"] = lower(resource.RLIMIT_AS, int(limits["memory_mb"]) * 1024 * 1024) // (1024 * 1024)
+    if limits.get("cpu_s"):
+        # RLIMIT_CPU counts the whole life of the process, warm-up included: grant cpu_s from now.
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = int(usage.ru_utime + usage.ru_stime) + 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        target = used + int(limits["cpu_s"])
+        if hard != resource.RLIM_INFINITY:
+            target = min(target, hard - 1)
+        # Soft limit sends SIGXCPU; the hard limit, one second later, SIGKILL.
+        resource.setrlimit(resource.RLIMIT_CPU, (target, target + 1 if hard == resource.RLIM_INFINITY else hard))
+        applied["cpu_s"] = int(limits["cpu_s"])
+    if limits.get("fsize_mb"):
+        applied["fsize_mb"] = lower(resource.RLIMIT_FSIZE, int(limits["fsize_mb"]) * 1024 * 1024) // (1024 * 1024)
+    if limits.get("nofile"):
+        applied["nofile"] = lower(resource.RLIMIT_NOFILE, int(limits["nofile"]))
+    if limits.get("nproc"):
+        applied["nproc"] = lower(resource.RLIMIT_NPROC, int(limits["nproc"]))
+    return applied
+
+
+class Runner:
+    def __init__(self):
+        self.mode = None
+        self.target = None  # the environment instance, or the agent module
+        self.workdir = os.getcwd()
+        self.limits = {}
+        self.jsonable = _fallback_jsonable
+
+    # -- user-code errors -------------------------------------------------------------------------
+
+    def describe_exception(self, exc):
+        """'ValueError: bad action (env.py line 12)': the innermost frame in the sandbox's own files."""
+        where = ""
+        prefix = self.workdir.rstrip(os.sep) + os.sep
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            if frame.filename.startswith(prefix):
+                where = f" ({frame.filename[len(prefix):]} line {frame.lineno})"
+                break
+        text = str(exc)
+        if isinstance(exc, MemoryError):
+            limit = self.limits.get("memory_mb")
+            text = f"out of memory (memory_mb={limit})" if limit else (text or "out of memory")
+        head = type(exc).__name__ + (f": {text}" if text else "")
+        if len(head) > 2000:
+            head = head[:2000] + "..."
+        return head + where
+
+    def json(self, value, what):
+        try:
+            return self.jsonable(value)
+        except (TypeError, ValueError) as exc:
+            raise ContractError(f"{what} is not JSON: {exc}") from None
+
+    # -- ops ----------------------------------------------------------------------------------------
+
+    def op_load(self, message):
+        if self.mode is not None:
+            raise ProtocolViolation("load was already done")
+        mode = message.get("mode")
+        if mode not in protocol.MODES:
+            raise ProtocolViolation(f"unknown mode {mode!r}")
+        entrypoint = message.get("entrypoint") or ""
+        if message.get("workdir"):
+            os.chdir(message["workdir"])
+            self.workdir = os.getcwd()
+        os.environ["HOME"] = self.workdir
+        os.environ["TMPDIR"] = self.workdir
+        sys.path.insert(0, self.workdir)
+        self.limits = apply_limits(message.get("limits") or {})
+        self.jsonable = _load_jsonable()
+        if mode == "env":
+            self.target = self._load_environment(entrypoint)
+        else:
+            self.target = self._load_agent(entrypoint)
+        self.mode = mode
+        tools = getattr(self.target, "tools", None) if mode == "env" else None
+        return {
+            "python": sys.version.split()[0],
+            "numpy": _version_of("numpy"),
+            "gymnasium": _version_of("gymnasium"),
+            "uid": os.getuid(),
+            "gid": os.getgid(),
+            "pid": os.getpid(),
+            "netns": _netns(),
+            "limits": self.limits,
+            "tools": self.json(tools, "tools") if tools is not None else None,
+        }
+
+    def _load_environment(self, entrypoint):
+        if entrypoint.startswith("gymnasium:"):
+            from studio_sdk import GymnasiumEnvironment
+
+            return GymnasiumEnvironment(entrypoint.split(":", 1)[1])
+        module_name, _, class_name = entrypoint.partition(":")
+        if not module_name or not class_name:
+            raise ContractError(f"entrypoint {entrypoint!r} is not 'module:Class' or 'gymnasium:<id>'")
+        module = importlib.import_module(module_name)
+        try:
+            cls = getattr(module, class_name)
+        except AttributeError:
+            raise ContractError(f"{module_name}.py has no {class_name}") from None
+        return cls()
+
+    def _load_agent(self, entrypoint):
+        module_name = entrypoint.partition(":")[0]
+        if module_name.endswith(".py"):
+            module_name = module_name[:-3]
+        module = importlib.import_module(module_name or "agent")
+        if not callable(getattr(module, "act", None)):
+            raise ContractError(f"{module_name}.py has no act(observation, info) function")
+        return module
+
+    def op_reset(self, message):
+        task, seed = message.get("task") or {}, message.get("seed")
+        if self.mode == "agent":
+            if callable(getattr(self.target, "reset", None)):
+                self.target.reset(task, seed)
+            return None
+        observation = self.target.reset(task, seed)
+        try:
+            action_space = self.json(getattr(self.target, "action_space", None), "action_space")
+        except Exception:
+            action_space = None
+        return {
+            "observation": protocol.bounded(self.json(observation, "reset() observation")),
+            "action_space": action_space,
+        }
+
+    def op_step(self, message):
+        self._require("env", "step")
+        result = self.target.step(message.get("action"))
+        if not isinstance(result, (tuple, list)) or len(result) != 5:
+            got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
+            raise ContractError(
+                f"step() must return (observation, reward, terminated, truncated, info), got {got}"
+            )
+        observation, reward, terminated, truncated, info = result
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise ContractError(f"step() reward must be a number, got {type(reward).__name__}") from None
+        info = self.json(info, "step() info") if info is not None else {}
+        return {
+            "observation": protocol.bounded(self.json(observation, "step() observation")),
+            "reward": reward if reward == reward and abs(reward) != float("inf") else None,
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "info": protocol.bounded(info, protocol.MAX_INFO_BYTES, "info"),
+        }
+
+    def op_verify(self, message):
+        self._require("env", "verify")
+        verify = getattr(self.target, "verify", None)
+        if not callable(verify):
+            return {"reward": None, "reason": "the environment has no verify()"}
+        result = verify()
+        if result is None:
+            return {"reward": None, "reason": "the environment has no verifier"}
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise ContractError("verify() must return (reward, reason)")
+        reward, reason = result
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise ContractError(f"verify() reward must be a number, got {type(reward).__name__}") from None
+        return {"reward": reward, "reason": str(reason)}
+
+    def op_act(self, message):
+        self._require("agent", "act")
+        action = self.target.act(message.get("observation"), message.get("info") or {})
+        return self.json(action, "act() action")
+
+    def op_close(self, message):
+        close = getattr(self.target, "close", None) if self.mode == "env" else None
+        if callable(close):
+            close()
+        return None
+
+    def _require(self, mode, op):
+        if self.mode != mode:
+            raise ProtocolViolation(f"{op} is not allowed in {self.mode or 'unloaded'} mode")
+
+
+class ProtocolViolation(Exception):
+    pass
+
+
+def _netns():
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return None
+
+
+def _write(message):
+    try:
+        line = protocol.encode(message)
+    except (TypeError, ValueError) as exc:
+        # Not JSON (NaN, a stray object) or over the line limit: say so rather than break the pipe.
+        kind = protocol.KIND_LIMIT if isinstance(exc, protocol.ProtocolError) else protocol.KIND_CONTRACT
+        line = protocol.encode(protocol.error(f"result could not be sent: {exc}", kind))
+    view = memoryview(line)
+    while view:
+        written = os.write(_PROTOCOL_OUT, view)
+        view = view[written:]
+
+
+def _preload(names):
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+
+
+def main(argv):
+    if len(argv) > 1 and argv[1].startswith("--preload="):
+        _preload([name for name in argv[1].split("=", 1)[1].split(",") if name])
+    runner = Runner()
+    reader = open(_PROTOCOL_IN, "rb", buffering=65536)
+    while True:
+        line = reader.readline(protocol.MAX_LINE_BYTES + 1)
+        if not line:
+            break  # the worker went away
+        if not line.endswith(b"\n"):
+            _write(protocol.error("request line too long or cut short", protocol.KIND_PROTOCOL))
+            break
+        try:
+            message = protocol.decode(line)
+            op = message.get("op")
+            handler = getattr(runner, f"op_{op}", None) if op in protocol.OPS else None
+            if handler is None:
+                raise ProtocolViolation(f"unknown op {op!r}")
+            if op != "load" and runner.mode is None:
+                raise ProtocolViolation(f"{op} before load")
+        except (protocol.ProtocolError, ProtocolViolation) as exc:
+            _write(protocol.error(exc, protocol.KIND_PROTOCOL))
+            continue
+        try:
+            response = protocol.ok(handler(message))
+        except ProtocolViolation as exc:
+            response = protocol.error(exc, protocol.KIND_PROTOCOL)
+        except ContractError as exc:
+            response = protocol.error(exc, protocol.KIND_CONTRACT)
+        except BaseException as exc:  # noqa: BLE001 - any failure of user code, SystemExit included
+            response = protocol.error(runner.describe_exception(exc), protocol.KIND_EXCEPTION)
+        _write(response)
+        if op == "close":
+            break
+    sys.stderr.flush()
+    # User code may have left non-daemon threads behind; do not wait for them.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
