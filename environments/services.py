@@ -1,0 +1,306 @@
+"""State changes for environments: drafts, versions, package import."""
+import difflib
+import re
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+
+from studio.errors import Conflict, DomainError
+
+from . import package
+from .models import Draft, Environment, EnvironmentKind, EnvironmentVersion
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
+PATH_RE = re.compile(r"^(?!/)(?!.*\.\.)(?!.*//)[A-Za-z0-9_.\-/]{1,200}$")
+MAX_FILE_CHARS = 2 * 1024 * 1024
+
+
+class InvalidInput(DomainError):
+    pass
+
+
+class StaleDraft(Conflict):
+    """The draft changed since the editor loaded it; carries both versions of the file."""
+
+    def __init__(self, *, draft: Draft, path: str | None, yours: str | None):
+        who = draft.updated_by.username if draft.updated_by else "someone"
+        super().__init__(
+            f"The draft was changed by {who} (now revision {draft.revision}) after you opened it. "
+            "Your text is kept below beside theirs; merge and save again.",
+            field="revision",
+        )
+        self.draft = draft
+        self.path = path
+        self.yours = yours
+        self.theirs = draft.files.get(path) if path else None
+
+    def api_extra(self):
+        return {"revision": self.draft.revision, "path": self.path, "theirs": self.theirs, "yours": self.yours}
+
+
+class InvalidVersion(DomainError):
+    """Commit refused: the files do not form a valid package."""
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems), field="files")
+
+
+def _check_slug(slug: str) -> str:
+    slug = (slug or "").strip().lower()
+    if not SLUG_RE.match(slug):
+        raise InvalidInput(
+            "Slug must be 1-80 lowercase letters, digits or dashes, starting with a letter or digit.",
+            field="slug",
+        )
+    return slug
+
+
+def check_path(path: str) -> str:
+    path = (path or "").strip()
+    if not PATH_RE.match(path) or path.endswith("/"):
+        raise InvalidInput(
+            f"Bad file path {path!r}: use a relative path of letters, digits, '_', '-', '.', '/' (no '..').",
+            field="path",
+        )
+    return path
+
+
+def starter_files(*, name: str, kind: str) -> dict[str, str]:
+    class_name = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", name) if part) or "MyEnv"
+    if not class_name[0].isalpha():
+        class_name = "Env" + class_name
+    files = {
+        "environment.toml": (
+            f'name = "{name}"\nkind = "{kind}"\nentrypoint = "env:{class_name}"\nmax_steps = 50\n\n'
+            "[limits]\nstep_timeout_s = 5\nepisode_timeout_s = 60\nmemory_mb = 512\n"
+        ),
+        "env.py": (
+            '"""A starter environment: reach the target number by adding 1 or 2."""\n'
+            "from studio_sdk import Environment\n\n\n"
+            f"class {class_name}(Environment):\n"
+            '    action_space = {"type": "choice", "values": [1, 2]}\n\n'
+            "    def reset(self, task, seed):\n"
+            "        self.seed_rng(seed)\n"
+            '        self.target = int(task.get("target", 5))\n'
+            "        self.total = 0\n"
+            '        return {"total": self.total, "target": self.target}\n\n'
+            "    def step(self, action):\n"
+            "        self.total += int(action)\n"
+            "        done = self.total >= self.target\n"
+            "        reward = 1.0 if self.total == self.target else 0.0\n"
+            '        return {"total": self.total, "target": self.target}, reward, done, False, {}\n\n'
+            "    def verify(self):\n"
+            "        if self.total == self.target:\n"
+            '            return 1.0, f"reached exactly {self.target}"\n'
+            '        return 0.0, f"ended at {self.total}, target {self.target}"\n'
+        ),
+        "tasks.jsonl": '{"id": "t1", "difficulty": 1, "target": 3}\n{"id": "t2", "difficulty": 2, "target": 7}\n',
+    }
+    if kind == EnvironmentKind.BROWSER:
+        files["site/index.html"] = "<!doctype html>\n<title>Start</title>\n<h1>Hello</h1>\n"
+    return files
+
+
+def environment_create(
+    *, team, actor, name: str, slug: str = "", description: str = "", kind: str = "python", files=None
+) -> Environment:
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput("An environment needs a name.", field="name")
+    if len(name) > 120:
+        raise InvalidInput("Name is longer than 120 characters.", field="name")
+    if kind not in EnvironmentKind.values:
+        raise InvalidInput(f"Kind must be one of {', '.join(EnvironmentKind.values)}.", field="kind")
+    slug = _check_slug(slug or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:80] or "env")
+    try:
+        with transaction.atomic():
+            env = Environment.objects.create(
+                team=team, slug=slug, name=name, description=description or "", kind=kind, created_by=actor
+            )
+            Draft.objects.create(
+                environment=env, files=files if files is not None else starter_files(name=name, kind=kind),
+                updated_by=actor,
+            )
+    except IntegrityError:
+        raise InvalidInput(f"This team already has an environment with slug {slug!r}.", field="slug") from None
+    return env
+
+
+def environment_update(*, environment: Environment, actor, name=None, description=None) -> Environment:
+    if name is not None:
+        name = name.strip()
+        if not name:
+            raise InvalidInput("An environment needs a name.", field="name")
+        environment.name = name[:120]
+    if description is not None:
+        environment.description = description
+    environment.save()
+    return environment
+
+
+def _draft_change(*, environment, actor, expected_revision: int, change, path=None, yours=None) -> Draft:
+    """Apply `change(files) -> files` if the draft is still at `expected_revision`, else StaleDraft."""
+    with transaction.atomic():
+        draft = Draft.objects.select_for_update().select_related("updated_by").get(environment=environment)
+        if expected_revision is not None and draft.revision != int(expected_revision):
+            raise StaleDraft(draft=draft, path=path, yours=yours)
+        files = change(dict(draft.files))
+        Draft.objects.filter(pk=draft.pk).update(files=files, revision=F("revision") + 1, updated_by=actor)
+    draft.refresh_from_db()
+    return draft
+
+
+def draft_save_file(*, environment, actor, path: str, content: str, expected_revision: int) -> Draft:
+    path = check_path(path)
+    if len(content) > MAX_FILE_CHARS:
+        raise InvalidInput(f"{path} is over {MAX_FILE_CHARS // 1024 // 1024} MB.", field="content")
+    content = content.replace("\r\n", "\n")
+
+    def change(files):
+        files[path] = content
+        return files
+
+    return _draft_change(
+        environment=environment, actor=actor, expected_revision=expected_revision, change=change,
+        path=path, yours=content,
+    )
+
+
+def draft_add_file(*, environment, actor, path: str, expected_revision: int, content: str = "") -> Draft:
+    path = check_path(path)
+
+    def change(files):
+        if path in files:
+            raise InvalidInput(f"{path} already exists.", field="path")
+        files[path] = content
+        return files
+
+    return _draft_change(environment=environment, actor=actor, expected_revision=expected_revision, change=change)
+
+
+def draft_rename_file(*, environment, actor, path: str, new_path: str, expected_revision: int) -> Draft:
+    new_path = check_path(new_path)
+
+    def change(files):
+        if path not in files:
+            raise InvalidInput(f"{path} is not in the draft.", field="path")
+        if new_path in files:
+            raise InvalidInput(f"{new_path} already exists.", field="new_path")
+        files[new_path] = files.pop(path)
+        return files
+
+    return _draft_change(environment=environment, actor=actor, expected_revision=expected_revision, change=change)
+
+
+def draft_delete_file(*, environment, actor, path: str, expected_revision: int) -> Draft:
+    def change(files):
+        if path not in files:
+            raise InvalidInput(f"{path} is not in the draft.", field="path")
+        del files[path]
+        return files
+
+    return _draft_change(environment=environment, actor=actor, expected_revision=expected_revision, change=change)
+
+
+def draft_reset_from_version(*, version: EnvironmentVersion, actor, expected_revision=None) -> Draft:
+    def change(_files):
+        return dict(version.files)
+
+    draft = _draft_change(
+        environment=version.environment, actor=actor, expected_revision=expected_revision, change=change
+    )
+    Draft.objects.filter(pk=draft.pk).update(based_on=version)
+    draft.based_on = version
+    return draft
+
+
+def version_commit(*, environment, actor, message: str, files=None, expected_revision=None) -> EnvironmentVersion:
+    """Validate the draft's files (or `files`) and store them as the next immutable version."""
+    message = (message or "").strip()
+    if not message:
+        raise InvalidInput("A version needs a message saying what changed.", field="message")
+    if len(message) > 500:
+        raise InvalidInput("Message is longer than 500 characters.", field="message")
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        draft = Draft.objects.select_for_update().get(environment=env)
+        if files is None:
+            if expected_revision is not None and draft.revision != int(expected_revision):
+                raise StaleDraft(draft=draft, path=None, yours=None)
+            files = dict(draft.files)
+        problems = package.validate_package(files)
+        if problems:
+            raise InvalidVersion(problems)
+        manifest = package.parse_manifest(files)
+        if manifest.get("kind") != env.kind:
+            raise InvalidVersion(
+                [package.PackageProblem("environment.toml", None, f"kind is {manifest.get('kind')!r} but this environment is {env.kind!r}")]
+            )
+        parent = env.versions.order_by("-number").first()
+        number = (env.versions.aggregate(m=Max("number"))["m"] or 0) + 1
+        version = EnvironmentVersion.objects.create(
+            environment=env,
+            number=number,
+            parent=parent,
+            files=files,
+            manifest=manifest,
+            tasks=package.parse_tasks(files),
+            content_hash=package.content_hash(files),
+            author=actor,
+            message=message,
+        )
+        draft.files = files
+        draft.based_on = version
+        draft.revision += 1
+        draft.updated_by = actor
+        draft.save()
+    return version
+
+
+def package_import(*, team, actor, data: bytes, filename: str, message: str = "", environment=None) -> EnvironmentVersion:
+    """Read an uploaded archive and commit it as a new version (creating the environment if needed)."""
+    try:
+        files = package.read_archive(data, filename)
+    except package.InvalidPackage as exc:
+        raise InvalidVersion([package.PackageProblem(exc.file or filename, exc.line, exc.reason)]) from None
+    problems = package.validate_package(files)
+    if problems:
+        raise InvalidVersion(problems)
+    manifest = package.parse_manifest(files)
+    message = message or f"Imported {filename}"
+    with transaction.atomic():
+        if environment is None:
+            slug = re.sub(r"[^a-z0-9]+", "-", str(manifest["name"]).lower()).strip("-")[:80] or "env"
+            environment = Environment.objects.filter(team=team, slug=slug).first()
+            if environment is None:
+                environment = environment_create(
+                    team=team, actor=actor, name=str(manifest["name"]), slug=slug,
+                    kind=manifest["kind"], files=files,
+                )
+        return version_commit(environment=environment, actor=actor, message=message, files=files)
+
+
+def diff_files(old: dict[str, str], new: dict[str, str], *, old_label: str, new_label: str) -> list[dict]:
+    """Per-file unified diffs between two file sets: [{path, status, diff, added, removed}]."""
+    result = []
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path), new.get(path)
+        if a == b:
+            continue
+        status = "added" if a is None else "deleted" if b is None else "modified"
+        lines = list(
+            difflib.unified_diff(
+                (a or "").splitlines(keepends=True),
+                (b or "").splitlines(keepends=True),
+                fromfile=f"{old_label}/{path}",
+                tofile=f"{new_label}/{path}",
+            )
+        )
+        added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+        removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
+        result.append(
+            {"path": path, "status": status, "diff": "".join(lines), "lines": [l.rstrip("\n") for l in lines],
+             "added": added, "removed": removed}
+        )
+    return result

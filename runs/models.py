@@ -1,0 +1,195 @@
+"""Agents, runs, rollouts, their steps, reward labels and annotations."""
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from environments.models import EnvironmentVersion
+from studio.models import Team
+
+
+class AgentKind(models.TextChoices):
+    SCRIPTED = "scripted", "Scripted"
+    RANDOM = "random", "Random"
+    OPENAI = "openai", "OpenAI-compatible model"
+    HUMAN = "human", "Human"
+    REMOTE = "remote", "Remote (training loop)"
+
+
+class Agent(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=120)
+    kind = models.CharField(max_length=16, choices=AgentKind.choices)
+    config = models.JSONField(default=dict, blank=True)
+    code = models.TextField(blank=True)
+    code_hash = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="agent_name_unique_per_team")]
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    FINISHED = "finished", "Finished"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Run(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.PROTECT, related_name="runs")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    task_ids = models.JSONField(default=list)
+    seeds = models.JSONField(default=list)
+    repeats = models.PositiveIntegerField(default=1)
+    limits = models.JSONField(default=dict, blank=True)
+    reviews_required = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["team", "-created_at"])]
+
+    def __str__(self):
+        return f"run {self.pk}"
+
+
+class RolloutStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    ERRORED = "errored", "Errored"
+    TIMED_OUT = "timed_out", "Timed out"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_ROLLOUT_STATUSES = (
+    RolloutStatus.SUCCEEDED,
+    RolloutStatus.FAILED,
+    RolloutStatus.ERRORED,
+    RolloutStatus.TIMED_OUT,
+    RolloutStatus.CANCELLED,
+)
+
+
+class Rollout(models.Model):
+    """One episode of an agent in an environment version, for one task and seed."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rollouts")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    task_id = models.CharField(max_length=200)
+    seed = models.BigIntegerField()
+    repeat = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=RolloutStatus.choices, default=RolloutStatus.QUEUED)
+    total_reward = models.FloatField(default=0.0)
+    verifier_reward = models.FloatField(null=True, blank=True)
+    verifier_reason = models.TextField(blank=True)
+    verifier_error = models.TextField(blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    reproduction = models.JSONField(default=dict, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["run", "status"]),
+            models.Index(fields=["team", "status"]),
+        ]
+
+    def __str__(self):
+        return f"rollout {self.pk} ({self.task_id}, seed {self.seed})"
+
+    @property
+    def is_finished(self):
+        return self.status in FINISHED_ROLLOUT_STATUSES
+
+    @property
+    def duration_s(self):
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Step(models.Model):
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    action = models.JSONField(null=True)
+    observation = models.JSONField(null=True)
+    reward = models.FloatField(default=0.0)
+    terminated = models.BooleanField(default=False)
+    truncated = models.BooleanField(default=False)
+    info = models.JSONField(default=dict)
+    artifact = models.FileField(upload_to="artifacts/%Y/%m/%d", null=True, blank=True)
+    elapsed_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["rollout", "index"], name="step_index_unique")]
+        ordering = ["rollout", "index"]
+
+    def __str__(self):
+        return f"step {self.index} of rollout {self.rollout_id}"
+
+
+class LabelSource(models.TextChoices):
+    VERIFIER = "verifier", "Verifier"
+    HUMAN = "human", "Human"
+
+
+class LabelDecision(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    OVERRIDDEN = "overridden", "Overridden"
+
+
+class RewardLabel(models.Model):
+    """Append-only: each decision is a new row; the current label is the latest."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="labels")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, blank=True, related_name="labels")
+    source = models.CharField(max_length=16, choices=LabelSource.choices)
+    value = models.FloatField(null=True, blank=True)
+    decision = models.CharField(max_length=16, choices=LabelDecision.choices)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    rationale = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rollout", "created_at", "id"]
+        indexes = [models.Index(fields=["rollout", "-created_at"])]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("Reward labels are append-only.")
+        super().save(*args, **kwargs)
+
+
+class Annotation(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="annotations")
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, null=True, blank=True, related_name="annotations")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    text = models.TextField(blank=True)
+    tags = ArrayField(models.CharField(max_length=40), default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]

@@ -1,0 +1,14 @@
+// Small behaviours shared by every page: team switcher, confirmations, copy buttons.
+document.addEventListener("change", (e) => {
+  if (e.target.matches("[data-switch-team]")) window.location = e.target.value;
+});
+document.addEventListener("submit", (e) => {
+  const msg = e.target.getAttribute("data-confirm");
+  if (msg && !window.confirm(msg)) e.preventDefault();
+});
+document.addEventListener("click", (e) => {
+  const btn = e.target.closest("[data-copy]");
+  if (!btn) return;
+  const el = document.querySelector(btn.getAttribute("data-copy"));
+  if (el && navigator.clipboard) navigator.clipboard.writeText(el.textContent.trim()).then(() => { btn.textContent = "Copied"; });
+});

@@ -1,0 +1,2 @@
+"""Websocket routes of every app."""
+websocket_urlpatterns = []

@@ -1,0 +1,28 @@
+from django.conf import settings
+from django.conf.urls.static import static
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from . import views
+from .api import api
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", api.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/signup/", views.signup, name="signup"),
+    path("teams/new/", views.team_new, name="team_new"),
+    path("t/<slug:team>/settings/", views.team_settings, name="team_settings"),
+    path("t/<slug:team>/members/invite/", views.member_invite, name="member_invite"),
+    path("t/<slug:team>/members/<int:membership_id>/role/", views.member_role, name="member_role"),
+    path("t/<slug:team>/members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
+    path("t/<slug:team>/tokens/new/", views.token_create, name="token_create"),
+    path("t/<slug:team>/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+    path("t/<slug:team>/environments/", include("environments.urls")),
+    path("t/<slug:team>/", include("runs.urls")),
+]
+if settings.DEBUG:
+    urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)
