@@ -69,6 +69,10 @@ class InvalidPackage(Exception):
         self.problems = list(problems) if problems else [PackageProblem(file, line, reason)]
         super().__init__(_describe(file, line, reason))
 
+    def __reduce__(self):
+        # Celery and multiprocessing pickle exceptions; keep every attribute across that.
+        return (type(self), (self.file, self.line, self.reason, self.problems))
+
     @classmethod
     def from_problems(cls, problems: list[PackageProblem]) -> "InvalidPackage":
         first = problems[0]

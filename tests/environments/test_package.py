@@ -2,6 +2,7 @@
 
 import base64
 import io
+import pickle
 import stat
 import struct
 import tarfile
@@ -74,6 +75,8 @@ def test_problem_reads_as_file_line_reason():
     error = InvalidPackage("tasks.jsonl", 3, "duplicate task id 't1'")
     assert str(error) == "tasks.jsonl line 3: duplicate task id 't1'"
     assert (error.file, error.line, error.reason) == ("tasks.jsonl", 3, "duplicate task id 't1'")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (str(copy), copy.problems) == (str(error), error.problems)
 
 
 def test_missing_manifest_is_reported():
