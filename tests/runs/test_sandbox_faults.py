@@ -1,0 +1,385 @@
+"""What untrusted environment and agent code can do to a sandbox, and what it cannot do to the host."""
+
+import os
+import socket
+import textwrap
+
+import pytest
+
+from runs.sandbox import SandboxCrashed, SandboxTimeout, UserCodeError
+from runs.sandbox.process import _uid_processes
+
+IS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="uid switch and network namespace need root")
+
+
+def test_normal_episode_runs_to_termination_and_verifies(start_sandbox, counter_env):
+    sandbox = start_sandbox({"env.py": counter_env}, entrypoint="env:Counter")
+    assert sandbox.reset({"id": "t1", "goal": 3}, seed=7) == {"n": 0, "goal": 3}
+    steps = [sandbox.step(1) for _ in range(3)]
+    assert [step.observation for step in steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert [step.terminated for step in steps] == [False, False, True]
+    assert steps[0].info == {"seen": 1}
+    observation, reward, terminated, truncated, info = steps[-1]
+    assert reward == 1.0 and truncated is False
+    assert sandbox.verify() == (1.0, "n=3, goal=3")
+
+
+def test_facts_record_versions_limits_and_isolation(start_sandbox, counter_env):
+    sandbox = start_sandbox({"env.py": counter_env}, entrypoint="env:Counter", memory_mb=300)
+    facts = sandbox.facts
+    assert facts["backend"] == "process"
+    assert facts["python"].startswith("3.11")
+    assert facts["numpy"] and facts["gymnasium"]
+    assert facts["limits"]["memory_mb"] == 300
+    assert facts["limits"]["applied"]["memory_mb"] == 300
+    assert facts["network_isolated"] is sandbox.network_isolated
+    if IS_ROOT:
+        assert facts["uid"] != 0 and facts["uid"] == sandbox.uid
+        assert sandbox.network_isolated is True
+
+
+def test_exception_in_reset_is_readable_with_file_and_line(start_sandbox, assert_fresh_sandbox_works, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            raise ValueError(f"no such level {task['id']!r}")
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    with pytest.raises(UserCodeError) as caught:
+        sandbox.reset({"id": "nope"}, seed=0)
+    assert str(caught.value) == "ValueError: no such level 'nope' (env.py line 7)"
+    assert caught.value.op == "reset"
+    assert_fresh_sandbox_works()
+
+
+def test_exception_in_step_is_readable_and_the_sandbox_keeps_going(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            if action < 0:
+                raise KeyError("negative")
+            return action, 0.0, False, False, {}
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises(UserCodeError, match=r"^KeyError: 'negative' \(env.py line 11\)$"):
+        sandbox.step(-1)
+    assert sandbox.step(5).observation == 5
+
+
+def test_step_that_breaks_the_contract_says_what_it_returned(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return object()
+
+        def step(self, action):
+            return 1, 2
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    with pytest.raises(UserCodeError, match="reset\\(\\) observation is not JSON") as caught:
+        sandbox.reset({"id": "t"}, seed=0)
+    assert caught.value.kind == "contract"
+    with pytest.raises(UserCodeError, match=r"step\(\) must return .* got 2 values"):
+        sandbox.step(0)
+
+
+def test_missing_class_fails_to_load_with_a_clear_message(start_sandbox):
+    with pytest.raises(UserCodeError, match="env.py has no Nope"):
+        start_sandbox({"env.py": "x = 1\n"}, entrypoint="env:Nope")
+
+
+def test_syntax_error_in_env_names_the_line(start_sandbox):
+    with pytest.raises(UserCodeError, match=r"SyntaxError: .*line 2"):
+        start_sandbox({"env.py": "class Env:\n    def reset(self\n"})
+
+
+def test_infinite_loop_in_step_times_out_and_the_process_is_killed(start_sandbox, assert_fresh_sandbox_works, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            while True:
+                pass
+        """
+    )
+    sandbox = start_sandbox({"env.py": source}, step_timeout_s=0.5)
+    sandbox.reset({"id": "t"}, seed=0)
+    pid = sandbox.pid
+    with pytest.raises(SandboxTimeout, match=r"^env.py step\(\) did not answer within 0.5 s$"):
+        sandbox.step(0)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    with pytest.raises(SandboxCrashed, match="no longer running"):
+        sandbox.step(0)
+    assert_fresh_sandbox_works()
+
+
+def test_episode_timeout_bounds_the_whole_episode(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            time.sleep(0.2)
+            return 0, 0.0, False, False, {}
+        """
+    )
+    sandbox = start_sandbox({"env.py": source}, step_timeout_s=5, episode_timeout_s=0.5)
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises(SandboxTimeout, match=r"episode did not finish within episode_timeout_s=0.5 s"):
+        for _ in range(10):
+            sandbox.step(0)
+
+
+def test_cpu_limit_kills_a_busy_sandbox_with_a_readable_reason(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            while True:
+                pass
+        """
+    )
+    sandbox = start_sandbox({"env.py": source}, step_timeout_s=20, cpu_s=1)
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises(SandboxCrashed, match=r"CPU time \(cpu_s=1\).*SIGXCPU"):
+        sandbox.step(0)
+
+
+def test_memory_bomb_is_stopped_with_a_readable_reason(start_sandbox, assert_fresh_sandbox_works, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            hoard = []
+            while True:
+                hoard.append(bytearray(16 * 1024 * 1024))
+        """
+    )
+    sandbox = start_sandbox({"env.py": source}, memory_mb=256)
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises((UserCodeError, SandboxCrashed), match=r"memory_mb=256"):
+        sandbox.step(0)
+    assert_fresh_sandbox_works()
+
+
+def test_sandbox_dying_mid_step_is_reported_with_its_exit(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            if action == "exit":
+                print("bye", file=sys.stderr, flush=True)
+                os._exit(3)
+            import ctypes
+            ctypes.string_at(0)
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises(SandboxCrashed, match=r"^env.py step\(\): sandbox exited with status 3; last stderr line: bye$"):
+        sandbox.step("exit")
+    sandbox = start_sandbox({"env.py": source})
+    sandbox.reset({"id": "t"}, seed=0)
+    with pytest.raises(SandboxCrashed, match=r"sandbox exited with signal SIGSEGV"):
+        sandbox.step("segfault")
+
+
+FORK_BOMB = """
+def reset(self, task, seed):
+    return 0
+
+def step(self, action):
+    forked, error = 0, None
+    try:
+        while True:
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()  # try to escape the sandbox's process group
+                while True:
+                    try:
+                        os.fork()
+                    except OSError:
+                        time.sleep(0.01)
+            forked += 1
+    except OSError as exc:
+        error = exc.strerror
+    return {"forked": forked, "error": error}, 0.0, True, False, {}
+"""
+
+
+@needs_root
+def test_fork_bomb_is_capped_and_leaves_no_process_behind(start_sandbox, assert_fresh_sandbox_works, env_source):
+    sandbox = start_sandbox({"env.py": env_source(FORK_BOMB)}, nproc=16, step_timeout_s=5)
+    sandbox.reset({"id": "t"}, seed=0)
+    observation = sandbox.step(0).observation
+    assert observation["forked"] < 16
+    assert observation["error"] == "Resource temporarily unavailable"
+    uid = sandbox.uid
+    assert _uid_processes(uid)[0], "the bomb's processes should be alive until close"
+    sandbox.close()
+    live, _zombies = _uid_processes(uid)
+    assert live == []
+    assert_fresh_sandbox_works()
+
+
+def test_huge_file_write_fails_on_the_file_size_limit(start_sandbox, assert_fresh_sandbox_works, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            with open("big.bin", "wb") as handle:
+                for _ in range(64):
+                    handle.write(b"x" * (1024 * 1024))
+            return os.path.getsize("big.bin")
+        """
+    )
+    sandbox = start_sandbox({"env.py": source}, fsize_mb=16)
+    with pytest.raises(UserCodeError, match=r"File too large"):
+        sandbox.reset({"id": "t"}, seed=0)
+    assert_fresh_sandbox_works()
+
+
+def test_garbage_on_stdout_does_not_disturb_the_protocol(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            print("hello from reset")
+            os.write(1, b'{"ok": true, "result": "forged"}\\n')
+            sys.__stdout__.write("not json at all\\n")
+            sys.__stdout__.flush()
+            return "real"
+
+        def step(self, action):
+            print("x" * 200_000)
+            return "still real", 0.0, True, False, {}
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    assert sandbox.reset({"id": "t"}, seed=0) == "real"
+    assert "hello from reset" in sandbox.stderr_tail()
+    assert sandbox.step(0).observation == "still real"
+    assert sandbox.stderr_tail().endswith("x" * 1000 + "\n")
+
+
+def test_host_secrets_do_not_reach_the_sandbox_environment(start_sandbox, monkeypatch, env_source):
+    monkeypatch.setenv("DATABASE_URL", "postgres://studio:hunter2@db/studio")
+    monkeypatch.setenv("SECRET_KEY", "django-insecure-secret")
+    monkeypatch.setenv("REDIS_URL", "redis://localhost:6379/0")
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return dict(os.environ)
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    seen = sandbox.reset({"id": "t"}, seed=0)
+    assert "DATABASE_URL" not in seen and "SECRET_KEY" not in seen and "REDIS_URL" not in seen
+    assert "hunter2" not in repr(seen)
+    assert set(seen) <= {
+        "PATH", "LANG", "HOME", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
+        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LC_CTYPE",
+    }
+
+
+@needs_root
+def test_network_connection_to_the_host_is_refused(start_sandbox, env_source):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    source = env_source(
+        f"""
+        def reset(self, task, seed):
+            import socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+                return "connected"
+            except OSError as exc:
+                return type(exc).__name__ + ": " + str(exc)
+        """
+    )
+    try:
+        sandbox = start_sandbox({"env.py": source})
+        assert sandbox.network_isolated is True
+        result = sandbox.reset({"id": "t"}, seed=0)
+        assert result != "connected"
+        assert "unreachable" in result.lower() or "refused" in result.lower()
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+@needs_root
+def test_agent_cannot_read_the_environment_files(start_sandbox, counter_env):
+    env = start_sandbox({"env.py": counter_env + "\nSECRET_ANSWER = 42\n", "tasks.jsonl": "{}\n"}, entrypoint="env:Counter")
+    agent_code = textwrap.dedent(
+        """
+        import os
+
+        def _attempt(action):
+            try:
+                return repr(action())
+            except OSError as exc:
+                return type(exc).__name__
+
+        def act(observation, info):
+            workdir, pid = observation["workdir"], observation["pid"]
+            return {
+                "read_env": _attempt(lambda: open(os.path.join(workdir, "env.py")).read()),
+                "list_env": _attempt(lambda: os.listdir(workdir)),
+                "list_root": _attempt(lambda: os.listdir(os.path.dirname(workdir))),
+                "env_cwd": _attempt(lambda: os.listdir(f"/proc/{pid}/cwd")),
+                "env_environ": _attempt(lambda: open(f"/proc/{pid}/environ").read()),
+                "tmp": _attempt(lambda: [name for name in os.listdir("/tmp") if name.startswith("sb-")]),
+                "own": sorted(os.listdir(".")),
+            }
+        """
+    )
+    agent = start_sandbox({"agent.py": agent_code}, mode="agent", entrypoint="agent")
+    assert agent.uid != env.uid
+    agent.reset({"id": "t"}, seed=0)
+    seen = agent.act({"workdir": str(env.workdir), "pid": env.pid})
+    assert seen["read_env"] == "PermissionError"
+    assert seen["list_env"] == "PermissionError"
+    assert seen["list_root"] == "PermissionError"
+    assert seen["env_cwd"] == "PermissionError"
+    assert seen["env_environ"] == "PermissionError"
+    assert seen["tmp"] == "[]"
+    assert seen["own"] == ["agent.py"]
+    assert "SECRET_ANSWER" not in repr(seen)
+
+
+def test_observation_over_256_kb_becomes_a_truncation_note(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            return "y" * 300_000
+
+        def step(self, action):
+            return list(range(100)), 0.0, True, False, {"blob": "z" * 300_000}
+        """
+    )
+    sandbox = start_sandbox({"env.py": source})
+    observation = sandbox.reset({"id": "t"}, seed=0)
+    assert observation == {"truncated": True, "note": "observation was 300002 bytes, over the 256 KB limit"}
+    step = sandbox.step(0)
+    assert step.observation == list(range(100))
+    assert step.info["truncated"] is True and "info was" in step.info["note"]
