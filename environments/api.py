@@ -1,6 +1,6 @@
 """REST endpoints for environments, drafts, versions, diffs and packages."""
 from django.http import HttpResponse
-from ninja import File, Form, Router
+from ninja import File, Form, Router, Status
 from ninja.errors import HttpError
 from ninja.files import UploadedFile
 
@@ -61,7 +61,7 @@ def list_environments(request):
 def create_environment(request, payload: EnvironmentIn):
     require(request, "author")
     env = services.environment_create(team=request.team, actor=request.user, **payload.dict())
-    return 201, _env_out(env)
+    return Status(201, _env_out(env))
 
 
 @router.get("/environments/{slug}", response=EnvironmentOut)
@@ -102,7 +102,7 @@ def add_file(request, slug: str, payload: FileAdd):
         environment=env, actor=request.user, path=payload.path, content=payload.content,
         expected_revision=payload.revision,
     )
-    return 201, _draft_meta(draft)
+    return Status(201, _draft_meta(draft))
 
 
 @router.post("/environments/{slug}/draft/rename", response=DraftMetaOut)
@@ -149,7 +149,7 @@ def commit_version(request, slug: str, payload: VersionIn):
     v = services.version_commit(
         environment=env, actor=request.user, message=payload.message, expected_revision=payload.revision
     )
-    return 201, _version_out(v)
+    return Status(201, _version_out(v))
 
 
 @router.get("/environments/{slug}/versions/{number}", response=VersionDetailOut)
@@ -216,4 +216,4 @@ def upload_package(request, file: File[UploadedFile], message: Form[str] = "", e
         team=request.team, actor=request.user, data=file.read(), filename=file.name or "package",
         message=message, environment=env,
     )
-    return 201, _version_out(v)
+    return Status(201, _version_out(v))

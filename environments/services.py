@@ -142,7 +142,7 @@ def environment_update(*, environment: Environment, actor, name=None, descriptio
 def _draft_change(*, environment, actor, expected_revision: int, change, path=None, yours=None) -> Draft:
     """Apply `change(files) -> files` if the draft is still at `expected_revision`, else StaleDraft."""
     with transaction.atomic():
-        draft = Draft.objects.select_for_update().select_related("updated_by").get(environment=environment)
+        draft = Draft.objects.select_for_update(of=("self",)).select_related("updated_by").get(environment=environment)
         if expected_revision is not None and draft.revision != int(expected_revision):
             raise StaleDraft(draft=draft, path=path, yours=yours)
         files = change(dict(draft.files))
