@@ -557,8 +557,10 @@ class ProcessSandbox:
     def _drain_stderr(self, wait_s: float = 0.05) -> None:
         """What the sandbox has written to stderr so far (a dead one's last words explain the crash)."""
         fd = self._proc.stderr.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
         for _ in range(64):
-            if not self._stderr_open or not select.select([fd], [], [], wait_s)[0]:
+            if not self._stderr_open or not poller.poll(wait_s * 1000):
                 return
             data = self._read(fd)
             if not data:
