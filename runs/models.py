@@ -97,6 +97,10 @@ class Rollout(models.Model):
     step_count = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     reproduction = models.JSONField(default=dict, blank=True)
+    # What reset() returned: the state the agent's first action answers (steps hold what followed).
+    initial_observation = models.JSONField(null=True, blank=True)
+    # Why the episode stopped: terminated, truncated, max_steps, cancelled, timeout, error.
+    end_reason = models.CharField(max_length=16, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
