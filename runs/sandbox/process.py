@@ -104,8 +104,9 @@ class SandboxConfig:
     nproc: int = 32
     fsize_mb: int = 16
     nofile: int = 256
-    # Modules a pre-warmed runner imports while waiting (e.g. ("numpy", "gymnasium")).
-    preload: tuple[str, ...] = ()
+    # Modules a pre-warmed runner imports while waiting: the SDK (~10 ms) by default; add
+    # ("numpy", "gymnasium") for Gymnasium environments (~250 ms of imports moved off the rollout).
+    preload: tuple[str, ...] = ("studio_sdk",)
 
 
 DEFAULT_CONFIG = SandboxConfig()
