@@ -1,0 +1,66 @@
+"""The one emitter of live rollout events: channel-layer group sends to `rollout-<id>` and `run-<id>`.
+
+Messages (what consumers receive; `type` maps to a consumer method with dots as underscores):
+    {"type": "rollout.steps", "rollout_id": 7, "run_id": 3, "steps": [{index, action, observation, ...}]}
+    {"type": "rollout.status", "rollout_id": 7, "run_id": 3, "status": "running", ...}
+Steps travel in batches (the engine flushes every ~0.2 s): one publish per batch and group, not per
+step, so streaming costs a round trip per batch. A failing channel layer is logged, never raised:
+streaming must never break a rollout.
+"""
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
+
+
+def rollout_group(rollout_id: int) -> str:
+    return f"rollout-{rollout_id}"
+
+
+def run_group(run_id: int) -> str:
+    return f"run-{run_id}"
+
+
+def publish_step(rollout, step: dict) -> None:
+    publish_steps(rollout, [step])
+
+
+def publish_steps(rollout, steps: list[dict]) -> None:
+    if not steps:
+        return
+    _send(rollout, {"type": "rollout.steps", "rollout_id": rollout.pk, "run_id": rollout.run_id, "steps": steps})
+
+
+def publish_rollout(rollout) -> None:
+    _send(
+        rollout,
+        {
+            "type": "rollout.status",
+            "rollout_id": rollout.pk,
+            "run_id": rollout.run_id,
+            "status": rollout.status,
+            "step_count": rollout.step_count,
+            "total_reward": rollout.total_reward,
+            "verifier_reward": rollout.verifier_reward,
+            "verifier_reason": rollout.verifier_reason,
+            "error": rollout.error,
+            "end_reason": rollout.end_reason,
+        },
+    )
+
+
+async def _group_send_all(layer, groups, message):
+    for group in groups:
+        await layer.group_send(group, message)
+
+
+def _send(rollout, message: dict) -> None:
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        async_to_sync(_group_send_all)(layer, (rollout_group(rollout.pk), run_group(rollout.run_id)), message)
+    except Exception:  # noqa: BLE001 - a broken channel layer must not end a rollout
+        logger.warning("could not publish %s for rollout %s", message.get("type"), rollout.pk, exc_info=True)

@@ -1,0 +1,438 @@
+"""State changes of agents, runs and rollouts: create, enqueue, claim, finish, cancel, recover, rerun.
+
+Pages, the API, the CLI and the Celery task all call these; permission checks happen at the edge.
+"""
+import logging
+import os
+import socket
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from studio.errors import DomainError
+
+from . import events
+from .agents import code_hash
+from .engine import RUN_LIMIT_KEYS, LostOwnership, run_episode
+from .models import (
+    FINISHED_ROLLOUT_STATUSES,
+    Agent,
+    AgentKind,
+    LabelDecision,
+    LabelSource,
+    RewardLabel,
+    Rollout,
+    RolloutStatus,
+    Run,
+    RunStatus,
+    Step,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_ROLLOUTS_PER_RUN = 10_000
+MAX_ATTEMPTS = 3
+RUNNABLE_AGENT_KINDS = (AgentKind.RANDOM, AgentKind.SCRIPTED)
+
+
+class InvalidRun(DomainError):
+    pass
+
+
+class InvalidAgent(DomainError):
+    pass
+
+
+def stale_after_s() -> float:
+    """How long a running rollout may go without a heartbeat before its worker is presumed dead."""
+    value = getattr(settings, "ROLLOUT_STALE_AFTER_S", None) or os.environ.get("ROLLOUT_STALE_AFTER_S") or 30
+    return float(value)
+
+
+# -- agents ---------------------------------------------------------------------------------------
+
+
+def agent_create(*, team, actor, name: str, kind: str, code: str = "", config: dict | None = None) -> Agent:
+    name = (name or "").strip()
+    if not name:
+        raise InvalidAgent("An agent needs a name.", field="name")
+    if len(name) > 120:
+        raise InvalidAgent("Name is longer than 120 characters.", field="name")
+    if kind not in AgentKind.values:
+        raise InvalidAgent(f"Kind must be one of {', '.join(AgentKind.values)}.", field="kind")
+    if kind == AgentKind.SCRIPTED:
+        _check_scripted_code(code)
+    if Agent.objects.filter(team=team, name=name).exists():
+        raise InvalidAgent(f"This team already has an agent named {name!r}.", field="name")
+    return Agent.objects.create(
+        team=team, name=name, kind=kind, code=code or "", code_hash=code_hash(code or ""),
+        config=config or {}, created_by=actor,
+    )
+
+
+def _check_scripted_code(code: str) -> None:
+    import ast
+
+    if not (code or "").strip():
+        raise InvalidAgent("A scripted agent needs code with an act(observation, info) function.", field="code")
+    try:
+        tree = ast.parse(code, filename="agent.py")
+    except SyntaxError as exc:
+        raise InvalidAgent(f"agent.py line {exc.lineno}: {exc.msg}", field="code") from None
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assigned = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    imported = {(a.asname or a.name) for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    if "act" not in names | assigned | imported:
+        raise InvalidAgent("agent.py has no act(observation, info) function.", field="code")
+
+
+def agent_get_or_create(*, team, actor, name: str, kind: str, code: str = "") -> Agent:
+    """The team's agent of that name when it has the same kind and code; a new one otherwise (CLI)."""
+    existing = Agent.objects.filter(team=team, name=name).first()
+    if existing is None:
+        return agent_create(team=team, actor=actor, name=name, kind=kind, code=code)
+    if existing.kind == kind and existing.code_hash == code_hash(code or ""):
+        return existing
+    # Same name, different code: keep both, so old runs still name the code they ran.
+    suffix = code_hash(code or "")[:8]
+    return agent_get_or_create(team=team, actor=actor, name=f"{name}-{suffix}", kind=kind, code=code)
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+def _selected_tasks(version, task_ids, difficulties) -> list[dict]:
+    tasks = list(version.tasks)
+    if task_ids != "all":
+        if isinstance(task_ids, str) or not isinstance(task_ids, (list, tuple)) or not task_ids:
+            raise InvalidRun('Tasks must be "all" or a non-empty list of task ids.', field="task_ids")
+        wanted = [str(task_id) for task_id in task_ids]
+        known = {str(task["id"]) for task in tasks}
+        unknown = [task_id for task_id in wanted if task_id not in known]
+        if unknown:
+            raise InvalidRun(f"Unknown task ids in {version.label}: {', '.join(unknown)}.", field="task_ids")
+        order = {task_id: position for position, task_id in enumerate(dict.fromkeys(wanted))}
+        tasks = sorted((task for task in tasks if str(task["id"]) in order), key=lambda task: order[str(task["id"])])
+    if difficulties:
+        allowed = set(difficulties)
+        tasks = [task for task in tasks if task.get("difficulty") in allowed]
+    if not tasks:
+        raise InvalidRun("No task matches this selection.", field="task_ids" if task_ids != "all" else "difficulties")
+    return tasks
+
+
+def _checked_seeds(seeds) -> list[int]:
+    if not isinstance(seeds, (list, tuple)) or not seeds:
+        raise InvalidRun("Give at least one seed.", field="seeds")
+    checked = []
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not (0 <= seed < 2**63):
+            raise InvalidRun(f"Seeds must be whole numbers from 0 to 2^63-1, not {seed!r}.", field="seeds")
+        checked.append(seed)
+    return checked
+
+
+def _checked_limits(limits) -> dict:
+    if not limits:
+        return {}
+    if not isinstance(limits, dict):
+        raise InvalidRun("Limits must be an object.", field="limits")
+    checked = {}
+    for key, value in limits.items():
+        if key not in RUN_LIMIT_KEYS:
+            raise InvalidRun(f"Unknown limit {key!r}; limits are {', '.join(RUN_LIMIT_KEYS)}.", field="limits")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise InvalidRun(f"Limit {key} must be a positive number, not {value!r}.", field="limits")
+        if key in ("max_steps", "memory_mb") and int(value) != value:
+            raise InvalidRun(f"Limit {key} must be a whole number.", field="limits")
+        checked[key] = value
+    if checked.get("memory_mb") is not None and not 64 <= checked["memory_mb"] <= 8192:
+        raise InvalidRun("Limit memory_mb must be from 64 to 8192.", field="limits")
+    return checked
+
+
+def run_create(
+    *, team, actor, version, agent, task_ids="all", difficulties=None, seeds=(0,), repeats: int = 1,
+    limits: dict | None = None, reviews_required: int = 1,
+) -> Run:
+    """One rollout per (task, seed, repeat), each enqueued once the transaction commits."""
+    if version.environment.team_id != team.pk:
+        raise InvalidRun("That environment version belongs to another team.", field="version")
+    if agent.team_id != team.pk:
+        raise InvalidRun("That agent belongs to another team.", field="agent")
+    if agent.kind not in RUNNABLE_AGENT_KINDS:
+        raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
+    tasks = _selected_tasks(version, task_ids, difficulties)
+    seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InvalidRun("Repeats must be a whole number of at least 1.", field="repeats")
+    if isinstance(reviews_required, bool) or not isinstance(reviews_required, int) or not 1 <= reviews_required <= 10:
+        raise InvalidRun("Reviews required must be from 1 to 10.", field="reviews_required")
+    total = len(tasks) * len(seeds) * repeats
+    if total > MAX_ROLLOUTS_PER_RUN:
+        raise InvalidRun(
+            f"This run would have {total} rollouts ({len(tasks)} tasks x {len(seeds)} seeds x {repeats} repeats);"
+            f" the most is {MAX_ROLLOUTS_PER_RUN}.",
+            field="seeds",
+        )
+    limits = _checked_limits(limits)
+    with transaction.atomic():
+        run = Run.objects.create(
+            team=team, environment_version=version, agent=agent, task_ids=[str(task["id"]) for task in tasks],
+            seeds=seeds, repeats=repeats, limits=limits, reviews_required=reviews_required, created_by=actor,
+        )
+        rollouts = Rollout.objects.bulk_create(
+            [
+                Rollout(team=team, run=run, task_id=str(task["id"]), seed=seed, repeat=repeat)
+                for task in tasks
+                for seed in seeds
+                for repeat in range(repeats)
+            ],
+            batch_size=2000,
+        )
+        _enqueue_on_commit([rollout.pk for rollout in rollouts])
+    return run
+
+
+def _enqueue_on_commit(rollout_ids: list[int]) -> None:
+    from .tasks import execute_rollout
+
+    def send():
+        for rollout_id in rollout_ids:
+            execute_rollout.delay(rollout_id)
+
+    transaction.on_commit(send)
+
+
+def run_cancel(*, run: Run, actor) -> Run:
+    """Queued rollouts become cancelled and never start; running ones stop at their next check (~0.5 s)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status in (RunStatus.FINISHED, RunStatus.CANCELLED):
+            return run
+        now = timezone.now()
+        run.status = RunStatus.CANCELLED
+        run.finished_at = now
+        run.save(update_fields=["status", "finished_at"])
+        queued = list(run.rollouts.filter(status=RolloutStatus.QUEUED).values_list("pk", flat=True))
+        Rollout.objects.filter(pk__in=queued).update(
+            status=RolloutStatus.CANCELLED, end_reason="cancelled", error="cancelled before it started", finished_at=now
+        )
+
+    def announce():
+        for rollout in Rollout.objects.filter(pk__in=queued):
+            events.publish_rollout(rollout)
+
+    transaction.on_commit(announce)
+    return run
+
+
+def _run_update_status(run_id: int) -> None:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status in (RunStatus.FINISHED, RunStatus.CANCELLED):
+            return
+        if run.rollouts.exclude(status__in=FINISHED_ROLLOUT_STATUSES).exists():
+            if run.status == RunStatus.QUEUED:
+                run.status = RunStatus.RUNNING
+                run.save(update_fields=["status"])
+            return
+        run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
+        run.save(update_fields=["status", "finished_at"])
+
+
+# -- executing one rollout ------------------------------------------------------------------------
+
+
+def worker_identity() -> str:
+    """host:pid:thread of this execution, so a redelivery can tell a dead owner from a live one."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _owner_is_dead(rollout: Rollout, *, now=None, stale_s: float | None = None) -> bool:
+    now = now or timezone.now()
+    stale_s = stale_after_s() if stale_s is None else stale_s
+    if rollout.heartbeat_at is None or now - rollout.heartbeat_at > timedelta(seconds=stale_s):
+        return True
+    host, _, rest = rollout.worker.partition(":")
+    pid_text, _, thread_text = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another machine: only its heartbeat can tell
+    pid = int(pid_text)
+    if pid == os.getpid():
+        # This very process: alive only if another thread of it is running the rollout now.
+        return thread_text == str(threading.get_ident())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class _Claim:
+    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0):
+        self.rollout, self.skip, self.later_s = rollout, skip, later_s
+
+
+def _rollout_claim(rollout_id: int) -> _Claim:
+    with transaction.atomic():
+        rollout = Rollout.objects.select_for_update().select_related("run").filter(pk=rollout_id).first()
+        if rollout is None:
+            return _Claim(skip="no such rollout")
+        if rollout.is_finished:
+            return _Claim(skip=f"already {rollout.status}")
+        now = timezone.now()
+        if rollout.status == RolloutStatus.RUNNING:
+            if not _owner_is_dead(rollout, now=now):
+                return _Claim(skip=f"running on {rollout.worker}", later_s=stale_after_s())
+            logger.warning("rollout %s: worker %s is gone (attempt %s); taking over", rollout.pk, rollout.worker, rollout.attempts)
+        if rollout.run.status == RunStatus.CANCELLED:
+            _finish_unstarted(rollout, RolloutStatus.CANCELLED, "cancelled before it started", "cancelled")
+            return _Claim(skip="cancelled")
+        if rollout.attempts >= MAX_ATTEMPTS:
+            _finish_unstarted(
+                rollout, RolloutStatus.ERRORED,
+                f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
+                "error",
+            )
+            return _Claim(skip="too many attempts")
+        # Episodes are deterministic by seed: a restarted attempt replays from step 0.
+        Step.objects.filter(rollout=rollout).delete()
+        rollout.status = RolloutStatus.RUNNING
+        rollout.attempts += 1
+        rollout.worker = worker_identity()
+        rollout.heartbeat_at = rollout.started_at = now
+        rollout.finished_at = None
+        rollout.step_count, rollout.total_reward = 0, 0.0
+        rollout.error = rollout.verifier_error = rollout.verifier_reason = rollout.end_reason = ""
+        rollout.verifier_reward = None
+        rollout.save()
+    _after_commit_status_change(rollout)
+    return _Claim(rollout)
+
+
+def _finish_unstarted(rollout: Rollout, status: str, error: str, end_reason: str) -> None:
+    rollout.status, rollout.error, rollout.end_reason, rollout.finished_at = status, error, end_reason, timezone.now()
+    rollout.save(update_fields=["status", "error", "end_reason", "finished_at"])
+    _after_commit_status_change(rollout)
+
+
+def _after_commit_status_change(rollout: Rollout) -> None:
+    def after():
+        events.publish_rollout(rollout)
+        _run_update_status(rollout.run_id)
+
+    transaction.on_commit(after)
+
+
+def rollout_execute(*, rollout_id: int) -> str:
+    """Claim the rollout, play its episode, store the outcome. Idempotent: a finished rollout, or one
+    a live worker is running, is left alone; one whose worker died is restarted (at most MAX_ATTEMPTS)."""
+    claim = _rollout_claim(rollout_id)
+    if claim.rollout is None:
+        if claim.later_s:
+            # Look again once the owner would have gone stale: never leave it running forever.
+            from .tasks import execute_rollout
+
+            execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
+        return claim.skip
+    rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(pk=claim.rollout.pk)
+    try:
+        outcome = run_episode(rollout)
+    except LostOwnership as exc:
+        logger.warning("%s", exc)
+        return "lost ownership"
+    except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave the rollout running
+        logger.exception("rollout %s failed in the worker", rollout.pk)
+        _rollout_finish_with(rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason="error")
+        return RolloutStatus.ERRORED
+    _rollout_finish(rollout, outcome)
+    return outcome.status
+
+
+def _rollout_finish(rollout: Rollout, outcome) -> None:
+    with transaction.atomic():
+        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
+            status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
+            total_reward=outcome.total_reward, step_count=outcome.step_count,
+            verifier_reward=outcome.verifier_reward, verifier_reason=outcome.verifier_reason,
+            verifier_error=outcome.verifier_error, reproduction=outcome.reproduction,
+            finished_at=timezone.now(), heartbeat_at=timezone.now(),
+        )
+        if not updated:
+            return
+        if outcome.proposed_value is not None:
+            RewardLabel.objects.create(
+                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER,
+                value=outcome.proposed_value, decision=LabelDecision.PROPOSED, rationale=outcome.proposed_rationale,
+            )
+        rollout.refresh_from_db()
+        _after_commit_status_change(rollout)
+
+
+def _rollout_finish_with(rollout: Rollout, *, status: str, error: str, end_reason: str) -> None:
+    with transaction.atomic():
+        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
+            status=status, error=error, end_reason=end_reason, finished_at=timezone.now()
+        )
+        if updated:
+            rollout.refresh_from_db()
+            _after_commit_status_change(rollout)
+
+
+def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, str]]:
+    """Running rollouts whose worker is gone go back to the queue (or end errored after MAX_ATTEMPTS).
+
+    Called when a worker starts and safe to call any time; returns [(rollout id, what was done)].
+    """
+    done = []
+    now = timezone.now()
+    candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True)
+    for rollout_id in candidates:
+        with transaction.atomic():
+            rollout = Rollout.objects.select_for_update(skip_locked=True).select_related("run").filter(
+                pk=rollout_id, status=RolloutStatus.RUNNING
+            ).first()
+            if rollout is None or not _owner_is_dead(rollout, now=now, stale_s=stale_s):
+                continue
+            if rollout.run.status == RunStatus.CANCELLED:
+                _finish_unstarted(rollout, RolloutStatus.CANCELLED, "cancelled; its worker had died", "cancelled")
+                done.append((rollout.pk, "cancelled"))
+            elif rollout.attempts >= MAX_ATTEMPTS:
+                _finish_unstarted(
+                    rollout, RolloutStatus.ERRORED,
+                    f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
+                    "error",
+                )
+                done.append((rollout.pk, "errored"))
+            else:
+                rollout.status, rollout.worker = RolloutStatus.QUEUED, ""
+                rollout.save(update_fields=["status", "worker"])
+                _enqueue_on_commit([rollout.pk])
+                done.append((rollout.pk, "requeued"))
+    return done
+
+
+# -- reruns ---------------------------------------------------------------------------------------
+
+
+def rollout_rerun(*, rollout: Rollout, actor) -> Rollout:
+    """The same version, task, seed and agent again, as a one-rollout run linked through `rerun_of`."""
+    source_run = rollout.run
+    with transaction.atomic():
+        run = Run.objects.create(
+            team_id=rollout.team_id, environment_version_id=source_run.environment_version_id,
+            agent_id=source_run.agent_id, task_ids=[rollout.task_id], seeds=[rollout.seed], repeats=1,
+            limits=source_run.limits, reviews_required=source_run.reviews_required, created_by=actor,
+        )
+        rerun = Rollout.objects.create(
+            team_id=rollout.team_id, run=run, task_id=rollout.task_id, seed=rollout.seed,
+            repeat=rollout.repeat, rerun_of=rollout,
+        )
+        _enqueue_on_commit([rerun.pk])
+    return rerun

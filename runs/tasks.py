@@ -1,0 +1,40 @@
+"""Celery tasks of the runs app: thin, id-taking, idempotent wrappers around services.
+
+`execute_rollout` is acknowledged late: a worker that dies mid-rollout leaves the message to be
+redelivered, and the service decides whether to restart, wait, or give up.
+"""
+import logging
+
+from celery import shared_task
+from celery.signals import worker_ready
+from django.db import connections
+
+from . import services
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def execute_rollout(rollout_id: int) -> str:
+    """Run one rollout to its end. Safe to deliver twice: finished or live-owned rollouts are skipped."""
+    # Celery's Django fix-up closes stale database connections around every task.
+    return services.rollout_execute(rollout_id=rollout_id)
+
+
+@shared_task(ignore_result=True)
+def recover_stale_rollouts() -> int:
+    return len(services.recover_stale_rollouts())
+
+
+@worker_ready.connect
+def _recover_on_worker_start(sender=None, **kwargs):
+    """A worker that starts after a crash puts its predecessor's running rollouts back in the queue."""
+    try:
+        recovered = services.recover_stale_rollouts()
+        if recovered:
+            logger.warning("recovered stale rollouts on worker start: %s", recovered)
+    except Exception:  # noqa: BLE001 - recovery must not stop the worker from starting
+        logger.exception("could not recover stale rollouts")
+    finally:
+        # The worker's pool processes must not share this process's database socket.
+        connections.close_all()
