@@ -1,0 +1,253 @@
+"""The `docker` sandbox backend: the same runner.py, in a container, driven over `docker run -i`.
+
+The container has no network (`--network none`), a read-only root (the image from docker_image.py:
+Debian's interpreter, its standard library, numpy and Gymnasium; no shell), a small /tmp tmpfs,
+memory, CPU and process-count limits in its cgroup, no capabilities, no-new-privileges, and an init
+(`--init`) that reaps what user code forks. The runner and the SDK are bind-mounted read-only; the
+sandbox's working directory (on the host, as in the process backend) is mounted at /work.
+
+As root the container runs under the same per-sandbox uid slot as the process backend, so the
+runner's rlimits (RLIMIT_NPROC is per uid) bind each sandbox alone, and teardown can SIGKILL every
+process of the container from the host at once; `docker kill` is the fallback. stdin/stdout of
+`docker run -i` carry the protocol, stderr the sandbox's stderr, exactly as with a local process:
+everything above the spawn (calls, timeouts, crash reasons) is ProcessSandbox's.
+"""
+
+import os
+import signal
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+from . import docker_image
+from .errors import SandboxError
+from .process import (
+    _LIBC,
+    DEFAULT_CONFIG,
+    PR_SET_PDEATHSIG,
+    RUNNER_PATH,
+    SDK_PATH,
+    ProcessSandbox,
+    SandboxConfig,
+    SandboxLimits,
+    acquire_uid_slot,
+    kill_uid_processes,
+)
+
+PROTOCOL_PATH = RUNNER_PATH.with_name("protocol.py")
+DOCKER = os.environ.get("STUDIO_DOCKER", "docker")
+CONTAINER_PREFIX = "studio-sb-"
+NOBODY = 65534
+TMPFS_MB = 16
+MEMORY_HEADROOM_MB = 64  # the cgroup limit sits above the runner's RLIMIT_AS, which fails first and readably
+LABEL = "studio.sandbox=1"
+
+_image_cache: dict[tuple, str] = {}
+
+
+def sandbox_image(docker: str = DOCKER) -> str:
+    """The runtime image (built on first use in this process, then cached by its content tag)."""
+    key = (docker,)
+    if key not in _image_cache:
+        _image_cache[key] = docker_image.ensure_image(docker=docker)
+    return _image_cache[key]
+
+
+def _pdeathsig():
+    # The docker client dies with the worker; its stdin closing then ends the runner (EOF on the pipe).
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class DockerSandbox(ProcessSandbox):
+    """ProcessSandbox's interface and behaviour, with the runner in a locked-down container."""
+
+    backend = "docker"
+
+    def __init__(self, config: SandboxConfig = DEFAULT_CONFIG, *, image: str | None = None, docker: str = DOCKER):
+        super().__init__(config)
+        self.docker = docker
+        self.image = image
+        self.container: str | None = None
+        self._spawn_limits: SandboxLimits | None = None
+
+    def start(self, files, mode="env", entrypoint="env:Environment", limits=None) -> dict:
+        # Known before the spawn: the container's cgroup gets the rollout's own memory limit.
+        if self._proc is None:
+            self._spawn_limits = limits if isinstance(limits, SandboxLimits) else SandboxLimits.from_dict(limits)
+        return super().start(files, mode=mode, entrypoint=entrypoint, limits=limits)
+
+    def spawn(self) -> "DockerSandbox":
+        if self._proc is not None:
+            raise SandboxError("sandbox already started")
+        config = self.config
+        root = config.root
+        root.mkdir(mode=0o711, exist_ok=True)
+        self._check_root(root)
+        is_root = os.geteuid() == 0
+        notes = []
+        try:
+            image = self.image or sandbox_image(self.docker)
+            self.image = image
+            if is_root:
+                self._slot = acquire_uid_slot(config)
+                self.uid = gid = self._slot.uid
+                self.uid_switched = True
+            else:
+                # The container still runs as nobody; the host-side workdir is opened up for it.
+                self.uid = gid = NOBODY
+                notes.append("host is not root: the container runs as nobody and the workdir is world-writable")
+            self.workdir = Path(tempfile.mkdtemp(prefix="sb-", dir=root))
+            if is_root:
+                os.chown(self.workdir, self.uid, gid)
+                os.chmod(self.workdir, 0o700)
+            else:
+                os.chmod(self.workdir, 0o777)
+            self.container = CONTAINER_PREFIX + uuid.uuid4().hex[:16]
+            argv = self._docker_argv(image, gid)
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")},
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=_pdeathsig,
+            )
+        except BaseException:
+            self._release()
+            raise
+        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+        self._stderr_open = True
+        self.facts = {
+            "backend": self.backend,
+            "uid": self.uid,
+            "uid_switched": self.uid_switched,
+            "image": image,
+            "container": self.container,
+            "notes": notes,
+        }
+        return self
+
+    def _docker_argv(self, image: str, gid: int) -> list[str]:
+        config = self.config
+        limits = self._spawn_limits
+        memory_mb = (limits.memory_mb + MEMORY_HEADROOM_MB) if limits else config.max_memory_mb
+        nproc = limits.nproc if limits else config.nproc
+        fsize = (limits.fsize_mb if limits else config.fsize_mb) * 1024 * 1024
+        cpu_s = limits.effective_cpu_s + 5 if limits else config.max_cpu_s
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": docker_image.WORKDIR_IN_IMAGE,
+            "TMPDIR": docker_image.WORKDIR_IN_IMAGE,
+            "PYTHONPATH": f"{docker_image.SDK_IN_IMAGE}:{docker_image.SITE_PACKAGES_IN_IMAGE}",
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+        runner_dir = docker_image.RUNNER_DIR_IN_IMAGE
+        argv = [
+            self.docker, "run", "-i", "--rm",
+            "--name", self.container,
+            "--label", LABEL,
+            "--log-driver", "none",  # the protocol and stderr are attached streams; keep nothing on disk
+            "--network", "none",
+            "--read-only",
+            "--tmpfs", f"/tmp:rw,nosuid,nodev,noexec,size={TMPFS_MB}m,mode=1777",
+            "--memory", f"{memory_mb}m",
+            "--memory-swap", f"{memory_mb}m",
+            "--cpus", "1",
+            # The cgroup cap counts the container's own processes (init included); RLIMIT_NPROC the uid's.
+            "--pids-limit", str(nproc + 4),
+            "--ulimit", f"nproc={nproc}:{nproc}",
+            "--ulimit", f"fsize={fsize}:{fsize}",
+            "--ulimit", f"nofile={config.nofile}:{config.nofile}",
+            "--ulimit", f"cpu={cpu_s}:{cpu_s + 1}",
+            "--ulimit", "core=0:0",
+            "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges",
+            "--init",
+            "--user", f"{self.uid}:{gid}",
+            "--hostname", "sandbox",
+            "-v", f"{self.workdir}:{docker_image.WORKDIR_IN_IMAGE}",
+            "-v", f"{RUNNER_PATH}:{runner_dir}/runner.py:ro",
+            "-v", f"{PROTOCOL_PATH}:{runner_dir}/protocol.py:ro",
+            "-v", f"{SDK_PATH}:{docker_image.SDK_IN_IMAGE}:ro",
+            "-w", docker_image.WORKDIR_IN_IMAGE,
+        ]
+        for key, value in env.items():
+            argv += ["-e", f"{key}={value}"]
+        # env -u: docker always sets HOSTNAME; the sandbox's environment is exactly the list above.
+        argv += [image, "/usr/bin/env", "-u", "HOSTNAME", docker_image.PYTHON_IN_IMAGE, "-S", "-B", f"{runner_dir}/runner.py"]
+        if config.preload:
+            argv.append("--preload=" + ",".join(config.preload))
+        return argv
+
+    def _write_files(self, files: dict) -> None:
+        super()._write_files(files)
+        if not self.uid_switched:
+            # Not root: the files are the worker's; the container's nobody must be able to read them.
+            for folder, dirs, names in os.walk(self.workdir):
+                for name in dirs:
+                    os.chmod(os.path.join(folder, name), 0o777)
+                for name in names:
+                    os.chmod(os.path.join(folder, name), 0o666)
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    def _kill(self) -> None:
+        """SIGKILL the container's processes (from the host, by uid) or `docker kill` it; reap the client."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._killed_by_us = True
+        self._dead = True
+        if proc.poll() is None:
+            if self.uid_switched and self.uid is not None:
+                kill_uid_processes(self.uid)
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._docker_kill()
+                try:
+                    proc.wait(timeout=5.0)
+                except subprocess.TimeoutExpired:
+                    pass
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait(timeout=5.0)
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._stderr_open = False
+
+    def _docker_kill(self) -> None:
+        if not self.container:
+            return
+        try:
+            subprocess.run([self.docker, "kill", self.container], capture_output=True, timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def _describe_exit(self, returncode: int | None, killed_by_us: bool) -> str:
+        # `docker run` reports a signal death as 128 + signal; 125-127 are its own failures.
+        if returncode is not None and 128 < returncode < 128 + 65:
+            returncode = -(returncode - 128)
+        elif returncode in (125, 126, 127):
+            last = [line for line in self.stderr_tail().splitlines() if line.strip()]
+            detail = last[-1][-300:] if last else f"exit status {returncode}"
+            return f"the container did not start ({detail})"
+        return super()._describe_exit(returncode, killed_by_us)
