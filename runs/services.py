@@ -156,9 +156,10 @@ def _checked_limits(limits) -> dict:
 
 def run_create(
     *, team, actor, version, agent, task_ids="all", difficulties=None, seeds=(0,), repeats: int = 1,
-    limits: dict | None = None, reviews_required: int = 1,
+    limits: dict | None = None, reviews_required: int = 1, enqueue: bool = True,
 ) -> Run:
-    """One rollout per (task, seed, repeat), each enqueued once the transaction commits."""
+    """One rollout per (task, seed, repeat), each enqueued once the transaction commits
+    (`enqueue=False`: the caller executes them itself, as `run_rollouts --inline` does)."""
     if version.environment.team_id != team.pk:
         raise InvalidRun("That environment version belongs to another team.", field="version")
     if agent.team_id != team.pk:
@@ -193,7 +194,8 @@ def run_create(
             ],
             batch_size=2000,
         )
-        _enqueue_on_commit([rollout.pk for rollout in rollouts])
+        if enqueue:
+            _enqueue_on_commit([rollout.pk for rollout in rollouts])
     return run
 
 

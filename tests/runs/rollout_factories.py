@@ -3,7 +3,7 @@ import json
 import textwrap
 
 from environments import services as env_services
-from environments.demo import DEMO_DIR, read_folder
+from environments.demo import DEMO_DIR, read_folder  # noqa: F401 - DEMO_DIR is re-exported for tests
 from runs import services
 from runs.models import Rollout
 from runs.tasks import execute_rollout
