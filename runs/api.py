@@ -1,4 +1,158 @@
-"""REST endpoints for agents, runs, rollouts and steps."""
-from ninja import Router
+"""REST endpoints for agents, runs, rollouts and steps (the same services as the pages)."""
+from django.shortcuts import get_object_or_404
+from ninja import Router, Status
+
+from environments.selectors import version_by_label
+from studio.api import require
+
+from . import selectors, services
+from .forms import parse_seeds
+from .models import Agent, AgentKind, Rollout, Run
+from .schemas import (
+    AgentDetailOut,
+    AgentIn,
+    AgentOut,
+    ComparisonOut,
+    RolloutDetailOut,
+    RolloutOut,
+    RunIn,
+    RunOut,
+    StepPage,
+)
 
 router = Router(tags=["runs"])
+
+
+def _run_out(run: Run) -> dict:
+    v = run.environment_version
+    return {
+        "id": run.pk, "environment": v.environment.slug, "version": v.label, "content_hash": v.content_hash,
+        "agent": run.agent.name, "agent_id": run.agent_id, "status": run.status, "task_ids": run.task_ids,
+        "seeds": run.seeds, "repeats": run.repeats, "limits": run.limits, "reviews_required": run.reviews_required,
+        "created_at": run.created_at, "finished_at": run.finished_at, "summary": selectors.run_summary(run),
+    }
+
+
+def _runs(request):
+    return Run.objects.filter(team=request.team).select_related("environment_version__environment", "agent")
+
+
+def _rollout(request, rollout_id) -> Rollout:
+    return get_object_or_404(Rollout.objects.select_related("run"), team=request.team, pk=rollout_id)
+
+
+@router.get("/agents", response=list[AgentOut])
+def list_agents(request):
+    return list(Agent.objects.filter(team=request.team).order_by("name"))
+
+
+@router.post("/agents", response={201: AgentDetailOut})
+def create_agent(request, payload: AgentIn):
+    require(request, "run")
+    agent = services.agent_create(team=request.team, actor=request.user, **payload.dict())
+    return Status(201, agent)
+
+
+@router.get("/agents/{agent_id}", response=AgentDetailOut)
+def get_agent(request, agent_id: int):
+    return get_object_or_404(Agent, team=request.team, pk=agent_id)
+
+
+@router.get("/runs", response=list[RunOut])
+def list_runs(request, limit: int = 50, offset: int = 0):
+    limit = max(1, min(limit, 200))
+    return [_run_out(r) for r in _runs(request).order_by("-created_at")[offset : offset + limit]]
+
+
+@router.post("/runs", response={201: RunOut})
+def create_run(request, payload: RunIn):
+    """Start a run: one rollout per task x seed x repeat, each a Celery task."""
+    require(request, "run")
+    version = version_by_label(team=request.team, label=payload.version)
+    if payload.agent == "random":
+        agent = services.agent_get_or_create(team=request.team, actor=request.user, name="random", kind=AgentKind.RANDOM)
+    else:
+        agent_id = int(payload.agent) if str(payload.agent).isdigit() else -1
+        agent = Agent.objects.filter(team=request.team, pk=agent_id).first()
+        if agent is None:
+            raise services.InvalidRun(f"No agent {payload.agent!r} in this team; use 'random' or an agent id.", field="agent")
+    if isinstance(payload.seeds, str):
+        try:
+            seeds = parse_seeds(payload.seeds)
+        except ValueError as exc:
+            raise services.InvalidRun(str(exc), field="seeds") from None
+    else:
+        seeds = payload.seeds
+    run = services.run_create(
+        team=request.team, actor=request.user, version=version, agent=agent, task_ids=payload.task_ids,
+        difficulties=payload.difficulties, seeds=seeds, repeats=payload.repeats, limits=payload.limits,
+        reviews_required=payload.reviews_required,
+    )
+    return Status(201, _run_out(_runs(request).get(pk=run.pk)))
+
+
+@router.get("/runs/{run_id}", response=RunOut)
+def get_run(request, run_id: int):
+    return _run_out(get_object_or_404(_runs(request), pk=run_id))
+
+
+@router.post("/runs/{run_id}/cancel", response=RunOut)
+def cancel_run(request, run_id: int):
+    require(request, "run")
+    run = get_object_or_404(_runs(request), pk=run_id)
+    services.run_cancel(run=run, actor=request.user)
+    return _run_out(_runs(request).get(pk=run.pk))
+
+
+@router.get("/runs/{run_id}/rollouts", response=list[RolloutOut])
+def list_rollouts(request, run_id: int, status: str = "", limit: int = 500, offset: int = 0):
+    run = get_object_or_404(_runs(request), pk=run_id)
+    qs = run.rollouts.order_by("id")
+    if status:
+        qs = qs.filter(status=status)
+    limit = max(1, min(limit, 2000))
+    return list(qs[offset : offset + limit])
+
+
+@router.get("/rollouts/{rollout_id}", response=RolloutDetailOut)
+def get_rollout(request, rollout_id: int):
+    r = _rollout(request, rollout_id)
+    r.labels_list = [
+        {"source": l.source, "decision": l.decision, "value": l.value, "rationale": l.rationale,
+         "reviewer": l.reviewer.username if l.reviewer_id else None, "created_at": l.created_at.isoformat()}
+        for l in r.labels.select_related("reviewer").order_by("created_at", "id")
+    ]
+    out = RolloutOut.from_orm(r).dict()
+    out.update(reproduction=r.reproduction, initial_observation=r.initial_observation, labels=r.labels_list)
+    return out
+
+
+@router.get("/rollouts/{rollout_id}/steps", response=StepPage)
+def get_steps(request, rollout_id: int, offset: int = 0, limit: int = 100):
+    """Steps in index order, a page at a time (limit at most 1000)."""
+    r = _rollout(request, rollout_id)
+    limit = max(1, min(limit, 1000))
+    offset = max(0, offset)
+    qs = r.steps.order_by("index")
+    return {"count": qs.count(), "offset": offset, "limit": limit, "steps": list(qs[offset : offset + limit])}
+
+
+@router.post("/rollouts/{rollout_id}/rerun", response={201: RolloutOut})
+def rerun_rollout(request, rollout_id: int):
+    """Run the same version, task, seed and agent again; compare with GET /rollouts/{new}/comparison."""
+    require(request, "run")
+    new = services.rollout_rerun(rollout=_rollout(request, rollout_id), actor=request.user)
+    return Status(201, new)
+
+
+@router.get("/rollouts/{rollout_id}/comparison", response=ComparisonOut)
+def compare_rerun(request, rollout_id: int):
+    """For a rerun: is its trajectory identical to the original's, and if not, where does it diverge."""
+    r = _rollout(request, rollout_id)
+    if r.rerun_of_id is None:
+        raise services.InvalidRun("This rollout is not a rerun.", field="rollout_id")
+    original = _rollout(request, r.rerun_of_id)
+    if not (r.is_finished and original.is_finished):
+        return {"original": original.pk, "rerun": r.pk, "identical": None, "first_divergence": None, "reason": "not finished yet"}
+    c = selectors.compare_trajectories(original, r)
+    return {"original": original.pk, "rerun": r.pk, **c}

@@ -1,4 +1,17 @@
 from django.urls import path
 
+from . import views
+
 app_name = "runs"
-urlpatterns = []
+urlpatterns = [
+    path("runs/", views.run_list, name="list"),
+    path("runs/new/", views.run_new, name="new"),
+    path("runs/<int:run_id>/", views.run_detail, name="run"),
+    path("runs/<int:run_id>/cancel/", views.run_cancel, name="cancel"),
+    path("rollouts/<int:rollout_id>/", views.rollout_detail, name="rollout"),
+    path("rollouts/<int:rollout_id>/rerun/", views.rollout_rerun, name="rerun"),
+    path("agents/", views.agent_list, name="agents"),
+    path("agents/new/", views.agent_new, name="agent_new"),
+    path("agents/<int:agent_id>/", views.agent_detail, name="agent"),
+    path("review/", views.review_queue, name="review"),
+]

@@ -1,0 +1,82 @@
+from django import forms
+
+from .models import AgentKind
+
+SEEDS_HELP = "A range like 0-9, a list like 1,2,7, or both: 0-4,10."
+
+
+def parse_seeds(text: str, *, limit: int = 10_000) -> list[int]:
+    """'0-9' or '1,2,7' or '0-4,10' -> sorted unique seeds; ValueError names what is wrong."""
+    seeds: set[int] = set()
+    for part in (text or "").replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            if sep:
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError(f"seed range {part!r} runs backwards")
+                if b - a + 1 > limit:
+                    raise ValueError(f"seed range {part!r} has more than {limit} seeds")
+                seeds.update(range(a, b + 1))
+            else:
+                seeds.add(int(part))
+        except ValueError as exc:
+            if "seed range" in str(exc):
+                raise
+            raise ValueError(f"{part!r} is not a seed or a range of seeds (e.g. 0-9 or 1,2,7)") from None
+    if not seeds:
+        raise ValueError("give at least one seed, e.g. 0 or 0-9")
+    if len(seeds) > limit:
+        raise ValueError(f"more than {limit} seeds")
+    return sorted(seeds)
+
+
+class AgentForm(forms.Form):
+    name = forms.CharField(max_length=120)
+    kind = forms.ChoiceField(choices=[(AgentKind.SCRIPTED, "Scripted (Python act function)"), (AgentKind.RANDOM, "Random")])
+    code = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 14, "id": "code", "data-mode": "python"}), required=False,
+        initial='def reset(task, seed):\n    pass\n\n\ndef act(observation, info):\n    return 0\n',
+        help_text="A scripted agent defines act(observation, info) -> action, and optionally reset(task, seed).",
+    )
+
+
+class RunForm(forms.Form):
+    agent = forms.ChoiceField()
+    tasks = forms.CharField(
+        initial="all", required=False,
+        help_text="all, or task ids separated by commas (t1,t2)."
+    )
+    difficulties = forms.CharField(required=False, help_text="Optional: only tasks of these difficulties, e.g. 1,2.")
+    seeds = forms.CharField(initial="0-4", help_text=SEEDS_HELP)
+    repeats = forms.IntegerField(min_value=1, max_value=100, initial=1)
+    max_steps = forms.IntegerField(min_value=1, max_value=100_000, required=False, help_text="Default: the manifest's max_steps.")
+    episode_timeout_s = forms.FloatField(min_value=0.1, max_value=86_400, required=False)
+    reviews_required = forms.IntegerField(min_value=1, max_value=10, initial=1, help_text="Independent reviews per rollout.")
+
+    def __init__(self, *args, agents=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["agent"].choices = [("random", "Random (built in)")] + [(str(a.pk), f"{a.name} ({a.kind})") for a in agents]
+
+    def clean_seeds(self):
+        try:
+            return parse_seeds(self.cleaned_data["seeds"])
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_difficulties(self):
+        text = (self.cleaned_data.get("difficulties") or "").strip()
+        if not text:
+            return None
+        try:
+            return sorted({int(x) for x in text.replace(" ", "").split(",") if x})
+        except ValueError:
+            raise forms.ValidationError("Difficulties are whole numbers separated by commas, e.g. 1,2.") from None
+
+    def clean_tasks(self):
+        text = (self.cleaned_data.get("tasks") or "all").strip()
+        if text in ("", "all"):
+            return "all"
+        return [t.strip() for t in text.split(",") if t.strip()]

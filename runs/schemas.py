@@ -1,0 +1,104 @@
+from datetime import datetime
+from typing import Any, Literal
+
+from ninja import Field, Schema
+
+
+class AgentIn(Schema):
+    name: str = Field(..., min_length=1, max_length=120)
+    kind: Literal["scripted", "random"]
+    code: str = ""
+    config: dict = {}
+
+
+class AgentOut(Schema):
+    id: int
+    name: str
+    kind: str
+    code_hash: str
+    created_at: datetime
+
+
+class AgentDetailOut(AgentOut):
+    code: str
+    config: dict
+
+
+class RunIn(Schema):
+    version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
+    agent: str | int = Field("random", description="'random', or an agent id")
+    task_ids: Literal["all"] | list[str] = Field("all", description="'all' or a list of task ids")
+    difficulties: list[int] | None = None
+    seeds: str | list[int] = Field("0", description="'0-9', '1,2,7' or a list of ints")
+    repeats: int = Field(1, ge=1, le=100)
+    limits: dict[str, float] = {}
+    reviews_required: int = Field(1, ge=1, le=10)
+
+
+class RunOut(Schema):
+    id: int
+    environment: str
+    version: str
+    content_hash: str
+    agent: str
+    agent_id: int
+    status: str
+    task_ids: list[str]
+    seeds: list[int]
+    repeats: int
+    limits: dict
+    reviews_required: int
+    created_at: datetime
+    finished_at: datetime | None
+    summary: dict
+
+
+class RolloutOut(Schema):
+    id: int
+    run_id: int
+    task_id: str
+    seed: int
+    repeat: int
+    status: str
+    total_reward: float
+    verifier_reward: float | None
+    verifier_reason: str
+    verifier_error: str
+    step_count: int
+    error: str
+    end_reason: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    rerun_of_id: int | None
+
+
+class RolloutDetailOut(RolloutOut):
+    reproduction: dict
+    initial_observation: Any = None
+    labels: list[dict]
+
+
+class StepOut(Schema):
+    index: int
+    action: Any = None
+    observation: Any = None
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+    elapsed_ms: float
+
+
+class StepPage(Schema):
+    count: int
+    offset: int
+    limit: int
+    steps: list[StepOut]
+
+
+class ComparisonOut(Schema):
+    original: int
+    rerun: int
+    identical: bool | None
+    first_divergence: int | None
+    reason: str

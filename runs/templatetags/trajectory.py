@@ -1,0 +1,17 @@
+"""Template filters for showing trajectory data (JSON values) readably."""
+import json
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def as_json(value, indent=None):
+    """JSON text of a value: strings stay as they are, everything else is compact JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=int(indent) if indent else None, ensure_ascii=False, separators=None if indent else (", ", ": "))
+    except (TypeError, ValueError):
+        return repr(value)

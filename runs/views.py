@@ -1,0 +1,169 @@
+"""Pages for agents, runs and rollouts."""
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from environments.models import EnvironmentVersion
+from studio.access import team_view
+from studio.errors import DomainError
+
+from . import selectors, services
+from .forms import AgentForm, RunForm
+from .models import FINISHED_ROLLOUT_STATUSES, Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
+
+STEPS_PER_PAGE = 50
+
+
+def random_agent(*, team, actor) -> Agent:
+    return services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
+
+
+def _runs_with_counts(team):
+    finished = Q(rollouts__status__in=FINISHED_ROLLOUT_STATUSES)
+    return (
+        Run.objects.filter(team=team)
+        .select_related("environment_version__environment", "agent", "created_by")
+        .annotate(
+            total=Count("rollouts"),
+            done=Count("rollouts", filter=finished),
+            succeeded=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.SUCCEEDED)),
+            bad=Count("rollouts", filter=Q(rollouts__status__in=[RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT])),
+            running=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.RUNNING)),
+        )
+        .order_by("-created_at")
+    )
+
+
+@team_view("read")
+def run_list(request):
+    runs = Paginator(_runs_with_counts(request.team), 50).get_page(request.GET.get("page"))
+    live = any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs)
+    template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
+    return render(request, template, {"runs": runs, "live": live})
+
+
+@team_view("run")
+def run_new(request):
+    label = request.GET.get("version") or request.POST.get("version") or ""
+    versions = EnvironmentVersion.objects.filter(environment__team=request.team).select_related("environment").order_by("environment__name", "-number")
+    version = None
+    if "@" in label:
+        slug, _, number = label.partition("@")
+        version = versions.filter(environment__slug=slug, number=int(number) if number.isdigit() else -1).first()
+    agents = Agent.objects.filter(team=request.team).exclude(kind=AgentKind.RANDOM, name="random").exclude(kind__in=[AgentKind.HUMAN, AgentKind.REMOTE])
+    form = RunForm(request.POST or None, agents=agents)
+    if request.method == "POST" and version is None:
+        messages.error(request, "Choose an environment version to run.")
+    elif request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        agent = (
+            random_agent(team=request.team, actor=request.user)
+            if data["agent"] == "random"
+            else get_object_or_404(Agent, team=request.team, pk=data["agent"])
+        )
+        limits = {k: data[k] for k in ("max_steps", "episode_timeout_s") if data.get(k)}
+        try:
+            run = services.run_create(
+                team=request.team, actor=request.user, version=version, agent=agent, task_ids=data["tasks"],
+                difficulties=data["difficulties"], seeds=data["seeds"], repeats=data["repeats"], limits=limits,
+                reviews_required=data["reviews_required"],
+            )
+        except DomainError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Run {run.pk} queued: {run.rollouts.count()} rollouts.")
+            return redirect("runs:run", team=request.team.slug, run_id=run.pk)
+    return render(request, "runs/new.html", {"form": form, "version": version, "versions": versions, "label": label})
+
+
+@team_view("read")
+def run_detail(request, run_id):
+    run = get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=request.team, pk=run_id)
+    summary = selectors.run_summary(run)
+    rollouts = Paginator(run.rollouts.order_by("id"), 200).get_page(request.GET.get("page"))
+    context = {"run": run, "summary": summary, "rollouts": rollouts, "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING)}
+    if request.htmx and request.GET.get("partial") == "body":
+        return render(request, "runs/run.html#run-body", context)
+    return render(request, "runs/run.html", context)
+
+
+@require_POST
+@team_view("run")
+def run_cancel(request, run_id):
+    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    services.run_cancel(run=run, actor=request.user)
+    messages.success(request, f"Run {run.pk} cancelled: queued rollouts will not start, running ones stop.")
+    return redirect("runs:run", team=request.team.slug, run_id=run.pk)
+
+
+@team_view("read")
+def rollout_detail(request, rollout_id):
+    rollout = get_object_or_404(
+        Rollout.objects.select_related("run__environment_version__environment", "run__agent", "rerun_of"),
+        team=request.team, pk=rollout_id,
+    )
+    steps = Paginator(rollout.steps.order_by("index"), STEPS_PER_PAGE).get_page(request.GET.get("page"))
+    comparison = None
+    if rollout.rerun_of_id and rollout.is_finished and rollout.rerun_of.is_finished:
+        comparison = selectors.compare_trajectories(rollout.rerun_of, rollout)
+    context = {
+        "rollout": rollout, "steps": steps, "labels": rollout.labels.select_related("reviewer").order_by("created_at", "id"),
+        "comparison": comparison, "reruns": rollout.reruns.order_by("-id")[:10],
+        "live": not rollout.is_finished,
+    }
+    if request.htmx and request.GET.get("partial") == "steps":
+        return render(request, "runs/rollout.html#steps", context)
+    return render(request, "runs/rollout.html", context)
+
+
+@require_POST
+@team_view("run")
+def rollout_rerun(request, rollout_id):
+    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    try:
+        new = services.rollout_rerun(rollout=rollout, actor=request.user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect("runs:rollout", team=request.team.slug, rollout_id=rollout.pk)
+    messages.success(request, f"Rerunning as rollout {new.pk}; this page compares the two when it finishes.")
+    return redirect("runs:rollout", team=request.team.slug, rollout_id=new.pk)
+
+
+@team_view("read")
+def agent_list(request):
+    agents = Agent.objects.filter(team=request.team).annotate(run_count=Count("runs")).order_by("name")
+    form = AgentForm()
+    return render(request, "runs/agents.html", {"agents": agents, "form": form})
+
+
+@team_view("run")
+def agent_new(request):
+    form = AgentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            agent = services.agent_create(team=request.team, actor=request.user, **form.cleaned_data)
+        except DomainError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            messages.success(request, f"Agent {agent.name} created.")
+            return redirect("runs:agent", team=request.team.slug, agent_id=agent.pk)
+    return render(request, "runs/agent_new.html", {"form": form})
+
+
+@team_view("read")
+def agent_detail(request, agent_id):
+    agent = get_object_or_404(Agent, team=request.team, pk=agent_id)
+    runs = _runs_with_counts(request.team).filter(agent=agent)[:20]
+    return render(request, "runs/agent.html", {"agent": agent, "runs": runs})
+
+
+@team_view("read")
+def review_queue(request):
+    rollouts = (
+        Rollout.objects.filter(team=request.team, status__in=FINISHED_ROLLOUT_STATUSES, labels__decision="proposed")
+        .select_related("run__environment_version__environment", "run__agent")
+        .distinct().order_by("-finished_at")[:100]
+    )
+    return render(request, "runs/review.html", {"rollouts": rollouts})
