@@ -199,6 +199,12 @@ class DockerSandbox(ProcessSandbox):
                 for name in names:
                     os.chmod(os.path.join(folder, name), 0o666)
 
+    def stderr_tail(self) -> str:
+        # docker relays stderr on its own stream, a moment behind stdout: collect what is on its way.
+        if self._stderr_open and self._proc is not None and not self._dead:
+            self._drain_stderr(0.05)
+        return super().stderr_tail()
+
     # -- teardown -----------------------------------------------------------------------------
 
     def _kill(self) -> None:
