@@ -30,22 +30,44 @@ if [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
-  echo "docker: starting dockerd (log: $log)"
-  # No registry is reachable: nothing is ever pulled; images are built locally (runs/sandbox/docker_image.py).
-  nohup dockerd --host=unix:///var/run/docker.sock >"$log" 2>&1 </dev/null &
-fi
+dockerd_alive() {
+  # A killed dockerd can linger as a zombie: only a running one counts.
+  local pid state
+  for pid in $(pgrep -x dockerd 2>/dev/null); do
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ] && return 0
+  done
+  return 1
+}
 
-for _ in $(seq 60); do
-  if docker info >/dev/null 2>&1; then
-    echo "docker: engine up ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
-    exit 0
-  fi
-  if ! pgrep -x dockerd >/dev/null 2>&1; then
-    break
-  fi
-  sleep 0.5
-done
+wait_for_engine() {
+  for _ in $(seq 60); do
+    if docker info >/dev/null 2>&1; then
+      echo "docker: engine up ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+      return 0
+    fi
+    dockerd_alive || return 1
+    sleep 0.5
+  done
+  return 1
+}
+
+start_dockerd() {
+  echo "docker: starting dockerd${*:+ $*} (log: $log)"
+  # No registry is reachable: nothing is ever pulled; images are built locally (runs/sandbox/docker_image.py).
+  nohup dockerd --host=unix:///var/run/docker.sock "$@" >"$log" 2>&1 </dev/null &
+}
+
+if ! dockerd_alive; then
+  start_dockerd
+fi
+wait_for_engine && exit 0
+
+# The sandboxes need no bridge (they run with --network none): try again without touching iptables.
+if ! dockerd_alive; then
+  start_dockerd --iptables=false --ip-masq=false --bridge=none
+  wait_for_engine && exit 0
+fi
 
 echo "docker: the engine did not come up; last lines of $log:"
 tail -n 5 "$log" 2>/dev/null | sed 's/^/  /'
