@@ -267,13 +267,25 @@ def _owner_is_dead(rollout: Rollout, *, now=None, stale_s: float | None = None) 
     if pid == os.getpid():
         # This very process: alive only if another thread of it is running the rollout now.
         return thread_text == str(threading.get_ident())
+    return not _pid_alive(pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    """A killed worker stays a zombie until init reaps it (seconds here): count that as dead."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
         return False
-    return False
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
 
 class _Claim:

@@ -4,6 +4,7 @@
 redelivered, and the service decides whether to restart, wait, or give up.
 """
 import logging
+import threading
 
 from celery import shared_task
 from celery.signals import worker_ready
@@ -26,15 +27,32 @@ def recover_stale_rollouts() -> int:
     return len(services.recover_stale_rollouts())
 
 
-@worker_ready.connect
-def _recover_on_worker_start(sender=None, **kwargs):
-    """A worker that starts after a crash puts its predecessor's running rollouts back in the queue."""
+def _recover(when: str) -> None:
     try:
         recovered = services.recover_stale_rollouts()
         if recovered:
-            logger.warning("recovered stale rollouts on worker start: %s", recovered)
-    except Exception:  # noqa: BLE001 - recovery must not stop the worker from starting
+            logger.warning("recovered stale rollouts %s: %s", when, recovered)
+    except Exception:  # noqa: BLE001 - recovery must never stop a worker
         logger.exception("could not recover stale rollouts")
     finally:
-        # The worker's pool processes must not share this process's database socket.
+        # Pool processes forked later must not share this process's database socket.
         connections.close_all()
+
+
+def _recover_periodically(stop: threading.Event) -> None:
+    # A worker that dies while no other worker starts would otherwise leave its rollouts running
+    # until the broker's visibility timeout (an hour) redelivers them.
+    interval = max(services.stale_after_s(), 5.0)
+    while not stop.wait(interval):
+        _recover("periodically")
+
+
+_stop_recovery = threading.Event()
+
+
+@worker_ready.connect
+def _recover_on_worker_start(sender=None, **kwargs):
+    """A worker that starts after a crash puts its predecessor's running rollouts back in the queue,
+    then keeps checking every ROLLOUT_STALE_AFTER_S for rollouts whose worker went silent."""
+    _recover("on worker start")
+    threading.Thread(target=_recover_periodically, args=(_stop_recovery,), name="recover-stale-rollouts", daemon=True).start()
