@@ -230,3 +230,72 @@ def test_every_stored_step_is_published_to_the_rollout_and_run_groups(team, owne
     assert groups == {f"rollout-{rollout.pk}", f"run-{rollout.run_id}"}
     published = [step["index"] for group, message in sent if group.startswith("rollout-") for step in message["steps"]]
     assert published == [0, 1, 2, 3, 4]
+
+
+# -- workers that died -----------------------------------------------------------------------------
+
+
+def _orphan(team, owner, *, attempts=1, worker="elsewhere:1:1", heartbeat_age_s=120):
+    """A rollout left `running` by a worker that stopped beating, with two partial steps."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs import services
+    from runs.models import Step
+
+    version = package_version(team, owner, f"orphan-{attempts}-{heartbeat_age_s}", counting_env())
+    run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), seeds=[0])
+    rollout = run.rollouts.get()
+    rollout.status, rollout.attempts, rollout.worker = RolloutStatus.RUNNING, attempts, worker
+    rollout.heartbeat_at = timezone.now() - timedelta(seconds=heartbeat_age_s)
+    rollout.save()
+    Step.objects.bulk_create([Step(rollout=rollout, index=i, action=0, observation=i) for i in range(2)])
+    return rollout
+
+
+def test_redelivered_rollout_of_a_dead_worker_restarts_from_step_zero(team, owner):
+    from runs.tasks import execute_rollout
+
+    rollout = _orphan(team, owner)
+    assert execute_rollout(rollout.pk) == RolloutStatus.SUCCEEDED
+    rollout.refresh_from_db()
+    assert rollout.attempts == 2 and rollout.step_count == 5
+    assert list(rollout.steps.values_list("index", flat=True)) == [0, 1, 2, 3, 4]
+
+
+def test_rollout_whose_worker_died_too_often_ends_errored(team, owner):
+    from runs.tasks import execute_rollout
+
+    rollout = _orphan(team, owner, attempts=3)
+    assert execute_rollout(rollout.pk) == "too many attempts"
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.ERRORED and "died 3 times" in rollout.error
+
+
+def test_recover_stale_rollouts_requeues_silent_ones_and_leaves_live_ones(team, owner, django_capture_on_commit_callbacks):
+    from runs import services
+
+    stale = _orphan(team, owner)
+    live = _orphan(team, owner, heartbeat_age_s=1)
+    doomed = _orphan(team, owner, attempts=3, heartbeat_age_s=300)
+    with django_capture_on_commit_callbacks() as callbacks:
+        done = dict(services.recover_stale_rollouts())
+    assert done == {stale.pk: "requeued", doomed.pk: "errored"}
+    assert len(callbacks) >= 1  # the requeued rollout is sent again after commit
+    for rollout, status in ((stale, RolloutStatus.QUEUED), (live, RolloutStatus.RUNNING), (doomed, RolloutStatus.ERRORED)):
+        rollout.refresh_from_db()
+        assert rollout.status == status
+
+
+def test_a_duplicate_delivery_leaves_a_live_workers_rollout_alone(team, owner, monkeypatch):
+    from runs import services
+    from runs.tasks import execute_rollout
+
+    rollout = _orphan(team, owner, heartbeat_age_s=1)
+    later = []
+    monkeypatch.setattr(execute_rollout, "apply_async", lambda args, countdown: later.append((args, countdown)))
+    assert execute_rollout(rollout.pk).startswith("running on elsewhere")
+    assert later == [((rollout.pk,), services.stale_after_s())]
+    rollout.refresh_from_db()
+    assert rollout.status == RolloutStatus.RUNNING and rollout.attempts == 1
