@@ -1,5 +1,7 @@
 """Pages for agents, runs and rollouts."""
+from django.conf import settings
 from django.contrib import messages
+from django.http import JsonResponse
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
@@ -116,6 +118,55 @@ def rollout_detail(request, rollout_id):
     if request.htmx and request.GET.get("partial") == "steps":
         return render(request, "runs/rollout.html#steps", context)
     return render(request, "runs/rollout.html", context)
+
+
+def step_json(step) -> dict:
+    """A step as the replay viewer, the API and the websocket stream all show it."""
+    return {
+        "index": step["index"], "action": step["action"], "observation": step["observation"],
+        "reward": step["reward"], "terminated": step["terminated"], "truncated": step["truncated"],
+        "info": step["info"], "elapsed_ms": step["elapsed_ms"],
+        "artifact_url": (settings.MEDIA_URL + step["artifact"]) if step.get("artifact") else None,
+    }
+
+
+STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms", "artifact")
+
+
+@team_view("read")
+def rollout_steps_json(request, rollout_id):
+    """A window of steps for the replay viewer: ?offset=N&limit=M (at most 500)."""
+    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    try:
+        offset = max(0, int(request.GET.get("offset", 0)))
+        limit = min(500, max(1, int(request.GET.get("limit", 200))))
+    except ValueError:
+        return JsonResponse({"detail": "offset and limit must be whole numbers", "field": "offset"}, status=400)
+    rows = rollout.steps.filter(index__gte=offset, index__lt=offset + limit).order_by("index").values(*STEP_FIELDS)
+    return JsonResponse({"offset": offset, "limit": limit, "steps": [step_json(r) for r in rows]})
+
+
+@team_view("read")
+def rollout_timeline_json(request, rollout_id):
+    """Everything the viewer's timeline needs up front: per-step rewards and flags, the rollout's state."""
+    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    rows = list(rollout.steps.order_by("index").values_list("index", "reward", "terminated", "truncated"))
+    return JsonResponse({
+        "rollout": rollout_state(rollout),
+        "indexes": [r[0] for r in rows],
+        "rewards": [r[1] for r in rows],
+        "ends": [i for i, _, term, trunc in rows if term or trunc],
+    })
+
+
+def rollout_state(rollout) -> dict:
+    return {
+        "id": rollout.pk, "status": rollout.status, "step_count": rollout.step_count,
+        "total_reward": rollout.total_reward, "verifier_reward": rollout.verifier_reward,
+        "verifier_reason": rollout.verifier_reason, "verifier_error": rollout.verifier_error,
+        "error": rollout.error, "end_reason": rollout.end_reason, "finished": rollout.is_finished,
+        "initial_observation": rollout.initial_observation,
+    }
 
 
 @require_POST
