@@ -78,3 +78,7 @@ from runs.api import router as runs_router  # noqa: E402
 
 api.add_router("/", environments_router)
 api.add_router("/", runs_router)
+
+from runs.review.api import router as review_router  # noqa: E402
+
+api.add_router("/", review_router)

@@ -1,0 +1,189 @@
+"""REST endpoints for review: the queue and its next item, label decisions and history,
+annotations, agreement figures and streamed JSONL export (the same services as the pages)."""
+from typing import Literal
+
+from django.http import StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from ninja import Query, Router, Schema, Status
+
+from environments.selectors import environment_get, version_get
+from studio.api import require
+
+from ..models import Rollout, Run, Step
+from . import selectors, services
+from .export import export_lines
+from .schemas import AgreementOut, AnnotationIn, AnnotationOut, LabelHistoryOut, LabelIn, LabelOut, NextOut, QueuePage
+
+router = Router(tags=["review"])
+
+
+class QueueQuery(Schema):
+    environment: str | None = None
+    version: int | None = None
+    run: int | None = None
+    agent: int | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    outcome: Literal["pass", "fail"] | None = None
+
+    def filters(self) -> selectors.QueueFilters:
+        return selectors.QueueFilters(
+            environment=self.environment, version=self.version, run_id=self.run, agent_id=self.agent,
+            min_reward=self.min_reward, max_reward=self.max_reward, verifier_outcome=self.outcome,
+        )
+
+
+def _rollout(request, rollout_id) -> Rollout:
+    return get_object_or_404(Rollout.objects.select_related("run", "team"), team=request.team, pk=rollout_id)
+
+
+def _step(rollout, step_index):
+    if step_index is None:
+        return None
+    step = Step.objects.filter(rollout=rollout, index=step_index).first()
+    if step is None:
+        raise services.InvalidDecision(f"Rollout {rollout.pk} has no step {step_index}.", field="step_index")
+    return step
+
+
+def _queue_item(r: Rollout) -> dict:
+    version = r.run.environment_version
+    return {
+        "id": r.pk, "run_id": r.run_id, "environment": version.environment.slug, "version": version.label,
+        "agent": r.run.agent.name, "task_id": r.task_id, "seed": r.seed, "status": r.status, "step_count": r.step_count,
+        "proposed_reward": r.proposed_reward, "verifier_reason": r.verifier_reason,
+        "reviews_required": max(1, r.run.reviews_required), "reviews_done": r.human_deciders,
+    }
+
+
+def _label_out(label) -> dict:
+    return {
+        "id": label.pk, "rollout_id": label.rollout_id, "step_index": label.step.index if label.step_id else None,
+        "source": label.source, "decision": label.decision, "value": label.value,
+        "reviewer": label.reviewer.username if label.reviewer_id else None, "rationale": label.rationale,
+        "created_at": label.created_at,
+    }
+
+
+def _annotation_out(note) -> dict:
+    return {
+        "id": note.pk, "rollout_id": note.rollout_id, "step_index": note.step.index if note.step_id else None,
+        "author": note.author.username if note.author_id else None, "text": note.text, "tags": note.tags,
+        "created_at": note.created_at,
+    }
+
+
+@router.get("/review/queue", response=QueuePage)
+def review_queue(request, query: Query[QueueQuery], limit: int = 50, offset: int = 0):
+    """Rollouts waiting for your decision, in the order "next" walks them (oldest first)."""
+    queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters())
+    limit, offset = max(1, min(limit, 500)), max(0, offset)
+    items = [_queue_item(r) for r in queue[offset : offset + limit]]
+    return {"count": queue.count(), "offset": offset, "limit": limit, "items": items}
+
+
+@router.get("/review/next", response=NextOut)
+def review_next(request, query: Query[QueueQuery], after: int | None = None, count: bool = False):
+    """The next rollout to review after rollout `after` (wrapping round to skipped ones); null when done."""
+    item = selectors.next_in_queue(team=request.team, reviewer=request.user, after_rollout_id=after, filters=query.filters())
+    remaining = None
+    if count:
+        remaining = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters()).count()
+    return {"item": _queue_item(item) if item else None, "remaining": remaining}
+
+
+@router.get("/rollouts/{rollout_id}/labels", response=LabelHistoryOut)
+def rollout_labels(request, rollout_id: int):
+    """The label history, oldest first; while your independent review is owed, others' decisions are hidden."""
+    rollout = _rollout(request, rollout_id)
+    labels = selectors.visible_labels(rollout, request.user)
+    rollout_level = [label for label in labels if label.step_id is None]
+    return {
+        "rollout_id": rollout.pk, "reviews_required": max(1, rollout.run.reviews_required),
+        "review_open_for_you": selectors.review_open_for(rollout, request.user),
+        "current": _label_out(rollout_level[-1]) if rollout_level else None,
+        "history": [_label_out(label) for label in labels],
+    }
+
+
+@router.post("/rollouts/{rollout_id}/labels", response={201: LabelOut})
+def decide_label(request, rollout_id: int, payload: LabelIn):
+    """Approve, reject or override the proposed reward (owners and reviewers). Appends; never edits."""
+    require(request, "review")
+    rollout = _rollout(request, rollout_id)
+    label = services.label_decide(
+        rollout=rollout, actor=request.user, decision=payload.decision, value=payload.value,
+        rationale=payload.rationale, step=_step(rollout, payload.step_index),
+    )
+    return Status(201, _label_out(label))
+
+
+@router.get("/rollouts/{rollout_id}/annotations", response=list[AnnotationOut])
+def rollout_annotations(request, rollout_id: int):
+    return [_annotation_out(n) for n in selectors.annotations_for(rollout=_rollout(request, rollout_id))]
+
+
+@router.post("/rollouts/{rollout_id}/annotations", response={201: AnnotationOut})
+def add_annotation(request, rollout_id: int, payload: AnnotationIn):
+    """A note with tags (e.g. reward-hack, env-bug, ambiguous-task) on the rollout or one step."""
+    if not (request.membership.can("review") or request.membership.can("author")):
+        require(request, "review")
+    rollout = _rollout(request, rollout_id)
+    note = services.annotation_add(
+        rollout=rollout, actor=request.user, text=payload.text, tags=payload.tags, step=_step(rollout, payload.step_index),
+    )
+    return Status(201, _annotation_out(note))
+
+
+def _version(request, slug, number):
+    return version_get(environment=environment_get(team=request.team, slug=slug), number=number)
+
+
+@router.get("/environments/{slug}/versions/{number}/annotations", response=list[AnnotationOut])
+def version_annotations(request, slug: str, number: int, tag: str = "", limit: int = 200, offset: int = 0):
+    notes = selectors.annotations_for(version=_version(request, slug, number), tag=tag or None)
+    limit, offset = max(1, min(limit, 1000)), max(0, offset)
+    return [_annotation_out(n) for n in notes[offset : offset + limit]]
+
+
+@router.get("/environments/{slug}/versions/{number}/agreement", response=AgreementOut)
+def version_agreement(request, slug: str, number: int):
+    """Verifier vs human and human vs human agreement on pass/fail (pass = reward > 0), overrides, tags."""
+    return selectors.agreement(version=_version(request, slug, number))
+
+
+@router.get("/runs/{run_id}/agreement", response=AgreementOut)
+def run_agreement(request, run_id: int):
+    return selectors.agreement(run=get_object_or_404(Run, team=request.team, pk=run_id))
+
+
+Decision = Literal["approved", "overridden", "all"]
+Format = Literal["trajectory", "chat"]
+
+
+def _stream(rollouts, *, decision, fmt, filename) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt), content_type="application/x-ndjson")
+    suffix = "" if fmt == "trajectory" else "-chat"
+    response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{suffix}.jsonl"'
+    return response
+
+
+@router.get("/runs/{run_id}/export", response={200: None})
+def export_run(request, run_id: int, decision: Decision = "approved", format: Format = "trajectory"):
+    """JSON lines, one rollout a line, streamed. decision: approved (approved or overridden), overridden, all."""
+    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    return _stream(run.rollouts.all(), decision=decision, fmt=format, filename=f"run-{run.pk}")
+
+
+@router.get("/environments/{slug}/versions/{number}/export", response={200: None})
+def export_version(request, slug: str, number: int, decision: Decision = "approved", format: Format = "trajectory"):
+    version = _version(request, slug, number)
+    rollouts = Rollout.objects.filter(team=request.team, run__environment_version=version)
+    return _stream(rollouts, decision=decision, fmt=format, filename=f"{slug}-v{number}")
+
+
+@router.get("/review/export", response={200: None})
+def export_filtered(request, query: Query[QueueQuery], decision: Decision = "approved", format: Format = "trajectory"):
+    """Export the team's rollouts matching the queue filters (environment, version, run, agent, reward, outcome)."""
+    rollouts = selectors.rollouts_matching(team=request.team, filters=query.filters())
+    return _stream(rollouts, decision=decision, fmt=format, filename=f"{request.team.slug}-rollouts")
