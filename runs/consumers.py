@@ -1,0 +1,221 @@
+"""Websocket consumers that follow a rollout or a run: authenticate, subscribe, forward.
+
+The events come from `runs/events.py` (the one emitter). The rollout consumer joins its group before
+it reads the stored steps, so every step is either stored by then or arrives live; it remembers the
+last index it sent, drops live steps at or below it and fetches from the database any it missed,
+so a viewer sees each index once, in order. Channels hands a consumer one message at a time, and
+`connect` is one of them: live messages wait in the queue until the backlog is out.
+
+Close codes (after accepting, so the code reaches the client): 4401 not authenticated (no session,
+bad or revoked token), 4404 no such rollout or run in your teams (another team's looks the same),
+4400 a malformed query string.
+"""
+import asyncio
+import time
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from studio.models import Membership
+
+from . import events, selectors
+from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run, Step
+
+STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms")
+CHUNK = 500
+SUMMARY_EVERY_S = 0.5
+
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+def step_json(step: dict) -> dict:
+    """The API's StepOut shape, whatever else the publisher put in the dict."""
+    return {field: step.get(field) for field in STEP_FIELDS}
+
+
+def status_json(rollout: Rollout) -> dict:
+    return {
+        "type": "status",
+        "rollout_id": rollout.pk,
+        "run_id": rollout.run_id,
+        "status": rollout.status,
+        "step_count": rollout.step_count,
+        "total_reward": rollout.total_reward,
+        "verifier_reward": rollout.verifier_reward,
+        "verifier_reason": rollout.verifier_reason,
+        "error": rollout.error,
+        "end_reason": rollout.end_reason,
+    }
+
+
+def _visible_team_ids(user, api_token) -> list[int]:
+    if api_token is not None:
+        return [api_token.team_id]
+    return list(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+
+
+def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
+    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*STEP_FIELDS)[:limit]
+    return list(rows)
+
+
+class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
+    """Accepts, then refuses with a close code unless the user may see the object."""
+
+    async def refuse(self, code: int) -> None:
+        await self.accept()
+        await self.close(code=code)
+
+    async def team_ids(self) -> list[int] | None:
+        """The teams this connection may read, or None (after refusing) when nobody is logged in."""
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.refuse(CLOSE_UNAUTHENTICATED)
+            return None
+        return await database_sync_to_async(_visible_team_ids)(user, self.scope.get("api_token"))
+
+    def query_param(self, name: str) -> str | None:
+        values = parse_qs(self.scope.get("query_string", b"").decode("latin1")).get(name)
+        return values[0] if values else None
+
+
+class RolloutConsumer(_TeamScopedConsumer):
+    """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live."""
+
+    rollout_id: int | None = None
+    last_index = -1
+    catch_up = True
+
+    async def connect(self):
+        try:
+            self.last_index = int(self.query_param("after") or -1)
+            self.catch_up = (self.query_param("backlog") or "1") not in ("0", "false", "no")
+        except ValueError:
+            await self.refuse(CLOSE_BAD_REQUEST)
+            return
+        team_ids = await self.team_ids()
+        if team_ids is None:
+            return
+        rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
+        exists = await database_sync_to_async(Rollout.objects.filter(pk=rollout_id, team_id__in=team_ids).exists)()
+        if not exists:
+            await self.refuse(CLOSE_NOT_FOUND)
+            return
+        self.rollout_id = rollout_id
+        await self.accept()
+        # Subscribe first, read second: a step committed after the read is published after it too.
+        await self.channel_layer.group_add(events.rollout_group(rollout_id), self.channel_name)
+        if self.catch_up:
+            await self.send_stored_steps()
+        rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
+        await self.send_stored_steps(upto=rollout.step_count - 1)
+        await self.send_json(status_json(rollout))
+
+    async def disconnect(self, code):
+        if self.rollout_id is not None:
+            await self.channel_layer.group_discard(events.rollout_group(self.rollout_id), self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        """Viewers only listen; anything they send is ignored."""
+
+    async def send_stored_steps(self, upto: int | None = None) -> None:
+        """Send stored steps after the last sent one (up to index `upto` when given), in chunks."""
+        if not self.catch_up or (upto is not None and upto <= self.last_index):
+            return
+        while True:
+            rows = await database_sync_to_async(_steps_after)(self.rollout_id, self.last_index)
+            if not rows:
+                return
+            await self.send_steps(rows)
+            if len(rows) < CHUNK or (upto is not None and self.last_index >= upto):
+                return
+
+    async def send_steps(self, steps: list[dict]) -> None:
+        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [step_json(s) for s in steps]})
+        self.last_index = steps[-1]["index"]
+
+    async def rollout_steps(self, event):
+        steps = sorted((s for s in event["steps"] if s["index"] > self.last_index), key=lambda s: s["index"])
+        if not steps:
+            return
+        if steps[0]["index"] > self.last_index + 1:
+            # Missed some (subscribed a moment late, or a publish was lost): they are stored by now.
+            await self.send_stored_steps(upto=steps[0]["index"] - 1)
+            steps = [s for s in steps if s["index"] > self.last_index]
+            if not steps:
+                return
+        await self.send_steps(steps)
+
+    async def rollout_status(self, event):
+        if event["status"] == RolloutStatus.RUNNING and event["step_count"] == 0:
+            # A redelivered task starts the episode again from step 0 (its partial steps were deleted).
+            self.last_index = -1
+        await self.send_stored_steps(upto=event["step_count"] - 1)
+        await self.send_json({"type": "status", **{k: v for k, v in event.items() if k != "type"}})
+
+
+class RunConsumer(_TeamScopedConsumer):
+    """`ws/runs/<id>/`: a run summary, then every rollout's status and steps, and fresh summaries."""
+
+    run_id: int | None = None
+    summary_sent_at = 0.0
+    summary_wanted = False
+    summary_task: asyncio.Task | None = None
+
+    async def connect(self):
+        team_ids = await self.team_ids()
+        if team_ids is None:
+            return
+        run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        exists = await database_sync_to_async(Run.objects.filter(pk=run_id, team_id__in=team_ids).exists)()
+        if not exists:
+            await self.refuse(CLOSE_NOT_FOUND)
+            return
+        self.run_id = run_id
+        await self.accept()
+        await self.channel_layer.group_add(events.run_group(run_id), self.channel_name)
+        await self.send_summary()
+
+    async def disconnect(self, code):
+        if self.summary_task is not None:
+            self.summary_task.cancel()
+        if self.run_id is not None:
+            await self.channel_layer.group_discard(events.run_group(self.run_id), self.channel_name)
+
+    async def receive_json(self, content, **kwargs):
+        """Viewers only listen; anything they send is ignored."""
+
+    async def send_summary(self) -> None:
+        self.summary_sent_at = time.monotonic()
+        summary = await database_sync_to_async(_run_summary)(self.run_id)
+        await self.send_json({"type": "run", "summary": summary})
+
+    async def rollout_steps(self, event):
+        await self.send_json({"type": "steps", "rollout_id": event["rollout_id"], "steps": [step_json(s) for s in event["steps"]]})
+
+    async def rollout_status(self, event):
+        await self.send_json({"type": "status", **{k: v for k, v in event.items() if k != "type"}})
+        if event["status"] in FINISHED_ROLLOUT_STATUSES:
+            self.schedule_summary()
+
+    def schedule_summary(self) -> None:
+        """At most one summary per SUMMARY_EVERY_S; a burst of finishes ends with one fresh summary
+        read after the last of them."""
+        self.summary_wanted = True
+        if self.summary_task is None or self.summary_task.done():
+            self.summary_task = asyncio.ensure_future(self._send_wanted_summaries())
+
+    async def _send_wanted_summaries(self) -> None:
+        while self.summary_wanted:
+            await asyncio.sleep(max(0.0, self.summary_sent_at + SUMMARY_EVERY_S - time.monotonic()))
+            self.summary_wanted = False
+            await self.send_summary()
+
+
+def _run_summary(run_id: int) -> dict:
+    run = Run.objects.select_related("environment_version").get(pk=run_id)
+    return selectors.run_summary(run)
