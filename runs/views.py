@@ -85,7 +85,14 @@ def run_detail(request, run_id):
     run = get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=request.team, pk=run_id)
     summary = selectors.run_summary(run)
     rollouts = Paginator(run.rollouts.order_by("id"), 200).get_page(request.GET.get("page"))
-    context = {"run": run, "summary": summary, "rollouts": rollouts, "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING)}
+    points = list(
+        run.rollouts.filter(status__in=FINISHED_ROLLOUT_STATUSES).order_by("finished_at", "id")
+        .values("id", "status", "total_reward", "verifier_reward", "task_id", "seed")
+    )
+    context = {
+        "run": run, "summary": summary, "rollouts": rollouts, "points": points,
+        "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
+    }
     if request.htmx and request.GET.get("partial") == "body":
         return render(request, "runs/run.html#run-body", context)
     return render(request, "runs/run.html", context)
