@@ -126,10 +126,10 @@ def _labels_and_annotations(ids: list[int]) -> tuple[dict, dict]:
     with connection.cursor() as cursor:
         cursor.execute(LABELS_SQL, [ids])
         for rollout_id, value, decision, source, rationale, reviewer, created_at in cursor:
-            labels[rollout_id] = {
-                "value": value, "decision": decision, "source": source, "reviewer": reviewer,
-                "rationale": rationale, "at": created_at.isoformat(),
-            }
+            labels[rollout_id] = (
+                {"value": value, "decision": decision, "source": source},
+                {"reviewer": reviewer, "rationale": rationale, "at": created_at.isoformat()},
+            )
         cursor.execute(ANNOTATIONS_SQL, [ids])
         for rollout_id, step_index, text, tags, author, created_at in cursor:
             annotations.setdefault(rollout_id, []).append(
@@ -162,7 +162,9 @@ def _trajectory_line(head, row, steps, label, annotations) -> str:
         "total_reward": row["total_reward"],
         "verifier_reward": row["verifier_reward"],
         "verifier_reason": row["verifier_reason"],
-        "label": label,
+        "label": label[0] if label else None,
+        # Who gave the current label, when and why (the full trail is GET /rollouts/{id}/labels).
+        "label_by": label[1] if label else None,
         "annotations": annotations,
         "initial_observation": row["initial_observation"],
     }
@@ -212,12 +214,12 @@ def _chat_line(head, row, steps, label, annotations) -> str:
             messages.append({"role": "user", "content": observation_text or "null"})
     line = {
         "messages": messages,
-        "reward": label["value"] if label else row["verifier_reward"],
+        "reward": label[0]["value"] if label else row["verifier_reward"],
         "metadata": {
             "environment": head["environment"], "version": head["version"], "content_hash": head["content_hash"],
             "agent": head["agent"]["name"], "rollout_id": row["id"], "run_id": row["run_id"], "task_id": row["task_id"],
             "seed": row["seed"], "verifier_reward": row["verifier_reward"],
-            "label": None if label is None else {"value": label["value"], "decision": label["decision"]},
+            "label": None if label is None else {"value": label[0]["value"], "decision": label[0]["decision"]},
             "tags": sorted({tag for note in annotations for tag in note["tags"]}),
         },
     }

@@ -1,0 +1,169 @@
+"""Review pages: the queue with filters, the review screen (replay + decision panel), page exports."""
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from environments.models import Environment
+from studio.access import team_view
+from studio.errors import DomainError
+
+from ..models import Agent, Rollout, Run, Step
+from . import selectors, services
+from .export import export_lines
+
+QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
+FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome")
+
+
+def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
+    """Queue filters from a query string; bad values are reported, not fatal."""
+    raw = {k: params.get(k, "").strip() for k in FILTER_KEYS}
+    errors = []
+
+    def number(key, cast):
+        if not raw[key]:
+            return None
+        try:
+            return cast(raw[key])
+        except ValueError:
+            errors.append(f"{key} must be a number, got {raw[key]!r}")
+            return None
+
+    outcome = raw["outcome"] if raw["outcome"] in ("pass", "fail") else None
+    filters = selectors.QueueFilters(
+        environment=raw["environment"] or None, version=number("version", int), run_id=number("run", int),
+        agent_id=number("agent", int), min_reward=number("min_reward", float), max_reward=number("max_reward", float),
+        verifier_outcome=outcome,
+    )
+    return filters, {k: v for k, v in raw.items() if v}, errors
+
+
+def _qs(active: dict) -> str:
+    return ("?" + urlencode(active)) if active else ""
+
+
+@team_view("read")
+def queue(request):
+    filters, active, errors = _filters(request.GET)
+    items = selectors.review_queue(team=request.team, reviewer=request.user, filters=filters)
+    total = items.count()
+    return render(request, "review/queue.html", {
+        "items": items[:100], "total": total, "active": active, "errors": errors, "qs": _qs(active),
+        "environments": Environment.objects.filter(team=request.team).order_by("name"),
+        "agents": Agent.objects.filter(team=request.team).order_by("name"),
+        "runs": Run.objects.filter(team=request.team).order_by("-id")[:50],
+        "can_review": request.membership.can_review,
+    })
+
+
+@team_view("read")
+def queue_next(request):
+    """Go to the next item of the (filtered) queue after ?after=ID, or back to the queue when done."""
+    filters, active, _ = _filters(request.GET)
+    after = request.GET.get("after")
+    item = selectors.next_in_queue(
+        team=request.team, reviewer=request.user, filters=filters,
+        after_rollout_id=int(after) if after and after.isdigit() else None,
+    )
+    if item is None:
+        messages.success(request, "The queue is empty for these filters. Nice work.")
+        return redirect(reverse("review:queue", kwargs={"team": request.team.slug}) + _qs(active))
+    return redirect(reverse("review:item", kwargs={"team": request.team.slug, "rollout_id": item.pk}) + _qs(active))
+
+
+@team_view("read")
+def item(request, rollout_id):
+    rollout = get_object_or_404(
+        Rollout.objects.select_related("run__environment_version__environment", "run__agent"),
+        team=request.team, pk=rollout_id,
+    )
+    _, active, _ = _filters(request.GET)
+    open_for_me = selectors.review_open_for(rollout, request.user)
+    labels = selectors.visible_labels(rollout, request.user)
+    proposal = next((l for l in reversed(labels) if l.source == "verifier"), None)
+    return render(request, "review/item.html", {
+        "rollout": rollout, "labels": labels, "proposal": proposal, "open_for_me": open_for_me,
+        "can_review": request.membership.can_review, "can_annotate": request.membership.can_review or request.membership.can_author,
+        "annotations": selectors.annotations_for(rollout=rollout), "quick_tags": QUICK_TAGS,
+        "qs": _qs(active), "active": active,
+        "position": selectors.review_queue(team=request.team, reviewer=request.user, filters=_filters(request.GET)[0]).count(),
+    })
+
+
+@require_POST
+@team_view("review")
+def decide(request, rollout_id):
+    rollout = get_object_or_404(Rollout.objects.select_related("run"), team=request.team, pk=rollout_id)
+    _, active, _ = _filters(request.GET)
+    value = request.POST.get("value", "").strip()
+    try:
+        parsed = float(value) if value else None
+    except ValueError:
+        return _decision_error(request, rollout, f"The new value must be a number, got {value!r}.")
+    try:
+        label = services.label_decide(
+            rollout=rollout, actor=request.user, decision=request.POST.get("decision", ""), value=parsed,
+            rationale=request.POST.get("rationale", ""),
+        )
+    except DomainError as exc:
+        return _decision_error(request, rollout, exc.message)
+    messages.success(request, f"Rollout #{rollout.pk}: {label.decision}" + (f" ({label.value})" if label.value is not None else "") + ".")
+    url = reverse("review:next", kwargs={"team": request.team.slug}) + "?" + urlencode({**active, "after": rollout.pk})
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+def _decision_error(request, rollout, message):
+    if request.htmx:
+        return render(request, "review/_decision_error.html", {"message": message}, status=400)
+    messages.error(request, message)
+    return redirect("review:item", team=request.team.slug, rollout_id=rollout.pk)
+
+
+@require_POST
+@team_view("read")
+def annotate(request, rollout_id):
+    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    step = None
+    index = request.POST.get("step", "").strip()
+    if index not in ("", "-1"):
+        step = Step.objects.filter(rollout=rollout, index=int(index) if index.isdigit() else -1).first()
+    tags = request.POST.getlist("tags") + [t for t in request.POST.get("extra_tags", "").replace(",", " ").split() if t]
+    error = None
+    try:
+        services.annotation_add(rollout=rollout, actor=request.user, text=request.POST.get("text", ""), tags=tags, step=step)
+    except DomainError as exc:
+        error = exc.message
+    return render(request, "review/_annotations.html", {
+        "rollout": rollout, "annotations": selectors.annotations_for(rollout=rollout), "error": error,
+    }, status=400 if error else 200)
+
+
+@team_view("read")
+def export_run(request, run_id):
+    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    return _stream(request, run.rollouts.all(), f"run-{run.pk}")
+
+
+@team_view("read")
+def export_version(request, slug, number):
+    rollouts = Rollout.objects.filter(team=request.team, run__environment_version__environment__slug=slug,
+                                      run__environment_version__number=number)
+    return _stream(request, rollouts, f"{slug}-v{number}")
+
+
+def _stream(request, rollouts, filename):
+    decision = request.GET.get("decision", "approved")
+    fmt = request.GET.get("format", "trajectory")
+    if decision not in ("approved", "overridden", "all") or fmt not in ("trajectory", "chat"):
+        return HttpResponse("decision must be approved, overridden or all; format trajectory or chat", status=400)
+    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt), content_type="application/x-ndjson")
+    response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{"" if fmt == "trajectory" else "-chat"}.jsonl"'
+    return response
