@@ -5,6 +5,7 @@ the episode ends, writes steps in batches (publishing each batch live), then ask
 with its own time budget. It returns an `EpisodeOutcome`; services.py writes the final state.
 """
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -122,18 +123,35 @@ class StepWriter:
         if not self.pending:
             return
         steps, self.pending = self.pending, []
-        # A redelivered task restarts the episode after deleting partial steps; the unique
-        # (rollout, index) constraint still guarantees no duplicate index, whatever races remain.
-        Step.objects.bulk_create(
-            [Step(rollout_id=self.rollout.pk, **{k: v for k, v in step.items()}) for step in steps],
-            ignore_conflicts=True,
-        )
+        _insert_steps(self.rollout.pk, steps)
         updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
             step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
         )
         if not updated:
             raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
         events.publish_steps(self.rollout, steps)
+
+
+_STEP_TABLE = Step._meta.db_table
+_INSERT_STEPS_SQL = f"""
+    INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, created_at)
+    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, now()
+    FROM jsonb_to_recordset(%s::jsonb) AS s(
+        "index" integer, action jsonb, observation jsonb, reward double precision,
+        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision)
+    ON CONFLICT (rollout_id, "index") DO NOTHING
+"""
+
+
+def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
+    """One statement per batch: the batch travels as one JSON document (Django's bulk_create spends
+    ~4x longer building model instances and per-value parameters). ON CONFLICT keeps a redelivered
+    or racing attempt from ever duplicating a step index."""
+    document = json.dumps(steps, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if "\\u0000" in document:
+        document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_STEPS_SQL, [rollout_id, document])
 
 
 class Heartbeat:

@@ -299,3 +299,18 @@ def test_a_duplicate_delivery_leaves_a_live_workers_rollout_alone(team, owner, m
     assert later == [((rollout.pk,), services.stale_after_s())]
     rollout.refresh_from_db()
     assert rollout.status == RolloutStatus.RUNNING and rollout.attempts == 1
+
+
+def test_nul_characters_in_observations_are_stored_replaced(team, owner):
+    version = package_version(team, owner, "nul", """
+        class Env:
+            action_space = {"type": "discrete", "n": 2}
+            def reset(self, task, seed):
+                return 0
+            def step(self, action):
+                return "a\\x00b", 1.0, True, False, {"raw": "\\x00"}
+    """)
+    rollout = play_one(team, owner, version, random_agent(team, owner))
+    assert rollout.status == RolloutStatus.SUCCEEDED, rollout.error
+    step = rollout.steps.get()
+    assert step.observation == "a\ufffdb" and step.info == {"raw": "\ufffd"}
