@@ -5,6 +5,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from runs.review import selectors as review_selectors
 from studio.access import team_view
 
 from . import selectors, services
@@ -202,6 +203,9 @@ def version_detail(request, slug, number):
             "others": env.versions.exclude(pk=version.pk).order_by("-number").values_list("number", flat=True),
             "can_author": request.membership.can("author"),
             "tasks": version.tasks[:50], "task_count": len(version.tasks),
+            "agreement": review_selectors.agreement(version=version),
+            "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],
+            "export_url": reverse("review:export_version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number}),
         },
     )
 

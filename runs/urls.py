@@ -15,5 +15,4 @@ urlpatterns = [
     path("agents/", views.agent_list, name="agents"),
     path("agents/new/", views.agent_new, name="agent_new"),
     path("agents/<int:agent_id>/", views.agent_detail, name="agent"),
-    path("review/", views.review_queue, name="review"),
 ]

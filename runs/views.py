@@ -5,10 +5,13 @@ from django.http import JsonResponse
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from environments.models import EnvironmentVersion
 from studio.access import team_view
+
+from .review import selectors as review_selectors
 from studio.errors import DomainError
 
 from . import selectors, services
@@ -91,6 +94,8 @@ def run_detail(request, run_id):
     )
     context = {
         "run": run, "summary": summary, "rollouts": rollouts, "points": points,
+        "agreement": review_selectors.agreement(run=run),
+        "export_url": reverse("review:export_run", kwargs={"team": request.team.slug, "run_id": run.pk}),
         "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
     }
     if request.htmx and request.GET.get("partial") == "body":
@@ -215,13 +220,3 @@ def agent_detail(request, agent_id):
     agent = get_object_or_404(Agent, team=request.team, pk=agent_id)
     runs = _runs_with_counts(request.team).filter(agent=agent)[:20]
     return render(request, "runs/agent.html", {"agent": agent, "runs": runs})
-
-
-@team_view("read")
-def review_queue(request):
-    rollouts = (
-        Rollout.objects.filter(team=request.team, status__in=FINISHED_ROLLOUT_STATUSES, labels__decision="proposed")
-        .select_related("run__environment_version__environment", "run__agent")
-        .distinct().order_by("-finished_at")[:100]
-    )
-    return render(request, "runs/review.html", {"rollouts": rollouts})

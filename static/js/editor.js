@@ -29,10 +29,6 @@
         if (dirtyFlag) dirtyFlag.hidden = true;
       }
     });
-    document.body.addEventListener("htmx:beforeSwap", (e) => {
-      // Show the conflict and error panels that come with 4xx answers.
-      if (e.detail.xhr.status === 409 || e.detail.xhr.status === 400) { e.detail.shouldSwap = true; e.detail.isError = false; }
-    });
     document.body.addEventListener("click", (e) => {
       const take = e.target.closest("[data-conflict-take]");
       if (!take) return;

@@ -89,6 +89,7 @@
       if (step.artifact_url) { el.artifact.src = step.artifact_url; el.artifact.hidden = false; } else { el.artifact.hidden = true; }
     }
     chartCursor(i);
+    root.dispatchEvent(new CustomEvent("replay:position", { detail: { index: i }, bubbles: true }));
     // Prefetch the next window while playing.
     if (state.playing && i + WINDOW / 2 < state.count) fetchWindow(i + WINDOW / 2);
   }
@@ -114,7 +115,7 @@
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
         interaction: { mode: "index", intersect: false },
         plugins: { legend: { display: true, position: "right" }, decimation: { enabled: true, algorithm: "lttb", samples: 500 } },
-        scales: { x: { type: "linear", ticks: { maxTicksLimit: 10 } }, y: { position: "left" }, y1: { position: "right", grid: { drawOnChartArea: false } } },
+        scales: { x: { type: "linear", ticks: { maxTicksLimit: 10, precision: 0 } }, y: { position: "left" }, y1: { position: "right", grid: { drawOnChartArea: false } } },
         onClick: (evt) => {
           const x = chart.scales.x.getValueForPixel(evt.x);
           if (Number.isFinite(x)) goTo(Math.round(x));

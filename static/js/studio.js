@@ -12,3 +12,8 @@ document.addEventListener("click", (e) => {
   const el = document.querySelector(btn.getAttribute("data-copy"));
   if (el && navigator.clipboard) navigator.clipboard.writeText(el.textContent.trim()).then(() => { btn.textContent = "Copied"; });
 });
+// htmx: show the error and conflict panels that come with 400/409 answers instead of dropping them.
+document.addEventListener("htmx:beforeSwap", (e) => {
+  const status = e.detail.xhr.status;
+  if (status === 400 || status === 409) { e.detail.shouldSwap = true; e.detail.isError = false; }
+});
