@@ -43,6 +43,11 @@
     target.textContent = e.detail.index < 0 ? "the start" : `step ${e.detail.index}`;
   });
   document.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && e.target.id === "override-rationale") {
+      e.preventDefault();
+      submit("overridden");
+      return;
+    }
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const typing = e.target.closest("input, textarea, select, [contenteditable]");
     if (typing) {
