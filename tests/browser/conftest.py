@@ -35,8 +35,10 @@ def page(browser):
     context.close()
 
 
-def log_in(page, live_server, username, password):
-    page.goto(f"{live_server.url}/accounts/login/")
+def log_in(page, server, username, password):
+    """Log in through the login page; `server` is pytest-django's live_server or a base URL."""
+    base = server if isinstance(server, str) else server.url
+    page.goto(f"{base}/accounts/login/")
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
