@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from django.db import connection
 
-from ..models import LabelDecision, Rollout
+from ..models import LabelDecision, Run
 from ..selectors import with_current_label
 
 EXPORT_DECISIONS = ("approved", "overridden", "all")
@@ -48,7 +48,7 @@ class InvalidExport(ValueError):
     pass
 
 
-def export_rollouts(rollouts, *, decision: str = "approved") -> "QuerySet":  # noqa: F821
+def export_rollouts(rollouts, *, decision: str = "approved"):
     """Narrow a rollout queryset to those whose current label matches `decision`."""
     if decision not in DECISION_FILTER:
         raise InvalidExport(f"decision must be one of {', '.join(EXPORT_DECISIONS)}")
@@ -107,8 +107,6 @@ def _chunks(rollouts) -> Iterator[list[dict]]:
 
 
 def _run_head(run_id: int) -> dict:
-    from ..models import Run
-
     run = Run.objects.select_related("environment_version__environment", "agent").get(pk=run_id)
     version = run.environment_version
     return {
