@@ -98,7 +98,7 @@
     const clamped = Math.max(-1, Math.min(state.count - 1, i));
     if (user && el.follow) el.follow.checked = clamped >= state.count - 1 && !state.finished;
     state.pos = clamped;
-    render();
+    return render();
   }
 
   // Chart: reward per step and cumulative reward along the timeline (Chart.js, no animation).
