@@ -53,7 +53,7 @@ class EnvironmentVersion(models.Model):
 
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
-    parent = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="children")
+    parent = models.ForeignKey("self", on_delete=models.RESTRICT, null=True, blank=True, related_name="children")
     files = models.JSONField()
     manifest = models.JSONField()
     tasks = models.JSONField(default=list)

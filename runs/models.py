@@ -42,8 +42,8 @@ class RunStatus(models.TextChoices):
 
 class Run(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
-    environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.PROTECT, related_name="runs")
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs")
+    environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.RESTRICT, related_name="runs")
+    agent = models.ForeignKey(Agent, on_delete=models.RESTRICT, related_name="runs")
     task_ids = models.JSONField(default=list)
     seeds = models.JSONField(default=list)
     repeats = models.PositiveIntegerField(default=1)
