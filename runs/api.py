@@ -6,6 +6,7 @@ from environments.selectors import version_by_label
 from studio.api import require
 
 from . import selectors, services
+from .review.selectors import visible_labels
 from .forms import parse_seeds
 from .models import Agent, AgentKind, Rollout, Run
 from .schemas import (
@@ -120,7 +121,7 @@ def get_rollout(request, rollout_id: int):
     r.labels_list = [
         {"source": l.source, "decision": l.decision, "value": l.value, "rationale": l.rationale,
          "reviewer": l.reviewer.username if l.reviewer_id else None, "created_at": l.created_at.isoformat()}
-        for l in r.labels.select_related("reviewer").order_by("created_at", "id")
+        for l in visible_labels(r, request.user)
     ]
     out = RolloutOut.from_orm(r).dict()
     out.update(reproduction=r.reproduction, initial_observation=r.initial_observation, labels=r.labels_list)

@@ -178,7 +178,14 @@ class RewardLabel(models.Model):
 
     class Meta:
         ordering = ["rollout", "created_at", "id"]
-        indexes = [models.Index(fields=["rollout", "-created_at"])]
+        indexes = [
+            models.Index(fields=["rollout", "-created_at"]),
+            # The review queue asks "has this reviewer decided this rollout?" for every candidate.
+            models.Index(
+                fields=["rollout", "reviewer"], name="human_rollout_decisions",
+                condition=models.Q(step__isnull=True, source="human"),
+            ),
+        ]
 
     def save(self, *args, **kwargs):
         if self.pk is not None:

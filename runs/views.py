@@ -123,7 +123,7 @@ def rollout_detail(request, rollout_id):
     if rollout.rerun_of_id and rollout.is_finished and rollout.rerun_of.is_finished:
         comparison = selectors.compare_trajectories(rollout.rerun_of, rollout)
     context = {
-        "rollout": rollout, "steps": steps, "labels": rollout.labels.select_related("reviewer").order_by("created_at", "id"),
+        "rollout": rollout, "steps": steps, "labels": review_selectors.visible_labels(rollout, request.user),
         "comparison": comparison, "reruns": rollout.reruns.order_by("-id")[:10],
         "live": not rollout.is_finished,
     }

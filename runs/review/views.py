@@ -42,6 +42,15 @@ def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
     return filters, {k: v for k, v in raw.items() if v}, errors
 
 
+COUNT_CAP = 1000
+
+
+def _capped_count(queue) -> str:
+    """How many items wait, counted up to a cap: an exact count of a 100k queue costs half a second."""
+    n = len(queue.values_list("id", flat=True)[: COUNT_CAP + 1])
+    return f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
+
+
 def _qs(active: dict) -> str:
     return ("?" + urlencode(active)) if active else ""
 
@@ -50,7 +59,7 @@ def _qs(active: dict) -> str:
 def queue(request):
     filters, active, errors = _filters(request.GET)
     items = selectors.review_queue(team=request.team, reviewer=request.user, filters=filters)
-    total = items.count()
+    total = _capped_count(items)
     return render(request, "review/queue.html", {
         "items": items[:100], "total": total, "active": active, "errors": errors, "qs": _qs(active),
         "environments": Environment.objects.filter(team=request.team).order_by("name"),
@@ -90,7 +99,7 @@ def item(request, rollout_id):
         "can_review": request.membership.can_review, "can_annotate": request.membership.can_review or request.membership.can_author,
         "annotations": selectors.annotations_for(rollout=rollout), "quick_tags": QUICK_TAGS,
         "qs": _qs(active), "active": active,
-        "position": selectors.review_queue(team=request.team, reviewer=request.user, filters=_filters(request.GET)[0]).count(),
+        "left": _capped_count(selectors.review_queue(team=request.team, reviewer=request.user, filters=_filters(request.GET)[0])),
     })
 
 
