@@ -12,6 +12,7 @@ import io
 import os
 import pstats
 import random
+import statistics
 import sys
 import time
 import types
@@ -135,18 +136,22 @@ def main():
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--rollouts", type=int, default=30)
     parser.add_argument("--rollout-steps", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3, help="episodes per path; the median is shown")
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of one random rollout")
     args = parser.parse_args()
 
     team, version = bench_version(max_steps=max(args.steps, args.rollout_steps))
-    bare = bare_loop(args.steps)
-    ipc = sandbox_only(args.steps)
+    def median(measure):
+        return statistics.median(measure() for _ in range(args.repeat))
+
+    bare = median(lambda: bare_loop(args.steps))
+    ipc = median(lambda: sandbox_only(args.steps))
     rows = [("bare Python loop", bare, None), ("sandbox IPC only (no DB, no agent)", ipc, None)]
     for kind in ("random", "scripted"):
-        rate, elapsed, _ = whole_path(team, version, kind, args.steps)
-        rows.append((f"whole path, {kind} agent (incl. sandbox start, verify)", rate, elapsed))
+        rate = median(lambda: whole_path(team, version, kind, args.steps)[0])
+        rows.append((f"whole path, {kind} agent (incl. sandbox start, verify)", rate, None))
 
-    print(f"\nsteps/s, trivial env, {args.steps} steps per episode")
+    print(f"\nsteps/s, trivial env, {args.steps} steps per episode, median of {args.repeat}")
     print(f"{'path':<58}{'steps/s':>12}{'vs bare':>12}")
     for name, rate, _elapsed in rows:
         print(f"{name:<58}{rate:>12,.0f}{bare / rate:>11.0f}x")

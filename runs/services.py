@@ -9,7 +9,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import reset_queries, transaction
 from django.utils import timezone
 
 from studio.errors import DomainError
@@ -347,6 +347,9 @@ def _after_commit_status_change(rollout: Rollout) -> None:
 def rollout_execute(*, rollout_id: int) -> str:
     """Claim the rollout, play its episode, store the outcome. Idempotent: a finished rollout, or one
     a live worker is running, is left alone; one whose worker died is restarted (at most MAX_ATTEMPTS)."""
+    # With DEBUG on, Django keeps every query (a step batch is a large one) until a request starts;
+    # a worker has no requests, so drop them per rollout to keep its memory flat.
+    reset_queries()
     claim = _rollout_claim(rollout_id)
     if claim.rollout is None:
         if claim.later_s:
