@@ -204,3 +204,17 @@ class Annotation(models.Model):
 
     class Meta:
         ordering = ["created_at"]
+
+
+class AgentSecret(models.Model):
+    """An agent's API key, kept apart from `Agent.config` so that no schema, export, log line or
+    reproduction record that shows the config can show the key; only the worker's model client reads it."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="secret")
+    api_key = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __repr__(self):
+        return f"<AgentSecret of agent {self.agent_id}: {'set' if self.api_key else 'empty'}>"
+
+    __str__ = __repr__
