@@ -9,7 +9,10 @@ import string
 import sys
 
 from .models import Agent, AgentKind
+from django.conf import settings
+
 from .sandbox import ProcessSandbox, SandboxLimits
+from .sandbox.backends import sandbox_for
 from .sandbox.process import SDK_PATH
 
 # The SDK is what sandboxes import; the worker needs only its pure-Python action sampler, so the
@@ -63,7 +66,7 @@ class ScriptedPolicy:
         self.facts: dict = {}
 
     def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
-        self.sandbox = ProcessSandbox()
+        self.sandbox = sandbox_for(settings.SANDBOX_BACKEND)
         self.facts = self.sandbox.start(
             {SCRIPTED_AGENT_FILE: self.agent.code}, mode="agent", entrypoint="agent", limits=limits
         )

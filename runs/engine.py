@@ -10,12 +10,14 @@ import logging
 import threading
 import time
 
+from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from . import events
 from .agents import NoActionSpace, policy_for
 from .models import Rollout, RolloutStatus, RunStatus, Step
+from .sandbox.backends import sandbox_for
 from .sandbox import ProcessSandbox, SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
 
 logger = logging.getLogger(__name__)
@@ -235,7 +237,7 @@ def run_episode(rollout: Rollout) -> EpisodeOutcome:
 
     writer = StepWriter(rollout)
     cancel = CancelCheck(rollout)
-    env = ProcessSandbox()
+    env = sandbox_for(settings.SANDBOX_BACKEND)
     policy = policy_for(agent, seed=rollout.seed)
     try:
         with Heartbeat(rollout):

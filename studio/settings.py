@@ -142,6 +142,10 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 25 * 1024 * 1024
 # Sandboxes: the interpreter that runs untrusted code (must be readable by the sandbox user).
 SANDBOX_PYTHON = envstr("SANDBOX_PYTHON", "/usr/bin/python3")
 SANDBOX_BACKEND = envstr("SANDBOX_BACKEND", "process")
+if SANDBOX_BACKEND not in ("process", "docker"):
+    raise ImproperlyConfigured(f"SANDBOX_BACKEND must be process or docker, got {SANDBOX_BACKEND!r}")
+# A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
+ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")
 
 LOGGING = {
