@@ -53,7 +53,7 @@ class RunForm(forms.Form):
     seeds = forms.CharField(initial="0-4", help_text=SEEDS_HELP)
     repeats = forms.IntegerField(min_value=1, max_value=100, initial=1)
     max_steps = forms.IntegerField(min_value=1, max_value=100_000, required=False, help_text="Default: the manifest's max_steps.")
-    episode_timeout_s = forms.FloatField(min_value=0.1, max_value=86_400, required=False)
+    episode_timeout_s = forms.FloatField(min_value=0.1, max_value=86_400, required=False, label="Episode timeout (seconds)", help_text="Default: the manifest's limits.episode_timeout_s.")
     reviews_required = forms.IntegerField(min_value=1, max_value=10, initial=1, help_text="Independent reviews per rollout.")
 
     def __init__(self, *args, agents=(), **kwargs):

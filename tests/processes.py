@@ -58,6 +58,11 @@ def celery_queue():
     app.conf.task_default_queue = name
     yield name
     app.conf.task_default_queue = previous
+    forget_queue(name)
+
+
+def forget_queue(name: str) -> None:
+    """Drop the queue and any unacked message a killed worker left for it."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     client.delete(name)
     for tag, raw in client.hgetall("unacked").items():

@@ -23,6 +23,7 @@ from django.db import connection
 from runs import services
 from runs.models import RolloutStatus, Run, RunStatus
 from studio.celery import app
+from tests.processes import database_url, forget_queue, kill_group, wait_for
 
 from rollout_factories import demo_agent_code, demo_version, package_version, random_agent, scripted_agent
 
@@ -54,12 +55,6 @@ task_sleep = 0.2
 """
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 @pytest.fixture
 def queue():
     """A queue of this test's own; the test process sends to it, its workers consume it."""
@@ -68,21 +63,7 @@ def queue():
     app.conf.task_default_queue = name
     yield name
     app.conf.task_default_queue = previous
-    _forget_queue(name)
-
-
-def _forget_queue(name: str) -> None:
-    """Drop the queue and any unacked message a killed worker left for it."""
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    client.delete(name)
-    for tag, raw in client.hgetall("unacked").items():
-        try:
-            routing_key = json.loads(raw)[2]
-        except (ValueError, IndexError, TypeError):
-            continue
-        if routing_key == name:
-            client.hdel("unacked", tag)
-            client.zrem("unacked_index", tag)
+    forget_queue(name)
 
 
 @pytest.fixture
@@ -116,22 +97,6 @@ def workers(queue, tmp_path):
             print(f"--- {log.name}\n{text[-4000:]}", file=sys.stderr)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=10)
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def rollout_state(run):
