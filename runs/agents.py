@@ -28,8 +28,30 @@ def code_hash(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
-class NoActionSpace(Exception):
+class AgentFailed(Exception):
+    """The agent cannot go on (its model endpoint keeps failing, it keeps making malformed calls):
+    the rollout ends errored with this reason."""
+
+
+class NoActionSpace(AgentFailed):
     """The environment offers nothing a random agent could sample from."""
+
+
+class AgentStepError(Exception):
+    """A malformed action (e.g. a tool call with bad arguments): recorded as a step with this
+    reason, the environment is not called, and the agent is asked again."""
+
+    def __init__(self, action, reason: str):
+        super().__init__(reason)
+        self.action, self.reason = action, reason
+
+
+class AgentDone(Exception):
+    """The agent stops acting (e.g. a model agent's turn limit): the episode ends and is verified."""
+
+    def __init__(self, end_reason: str, reason: str):
+        super().__init__(reason)
+        self.end_reason, self.reason = end_reason, reason
 
 
 class RandomPolicy:
@@ -85,6 +107,10 @@ def policy_for(agent: Agent, *, seed: int):
         return RandomPolicy(agent, seed=seed)
     if agent.kind == AgentKind.SCRIPTED:
         return ScriptedPolicy(agent, seed=seed)
+    if agent.kind == AgentKind.OPENAI:
+        from .openai_agent import OpenAIPolicy
+
+        return OpenAIPolicy(agent, seed=seed)
     raise NoActionSpace(f"agents of kind {agent.kind!r} cannot run in this worker yet")
 
 

@@ -15,7 +15,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from . import events
-from .agents import NoActionSpace, policy_for
+from .agents import AgentDone, AgentFailed, AgentStepError, policy_for
 from .models import Rollout, RolloutStatus, RunStatus, Step
 from .sandbox.backends import sandbox_for
 from .sandbox import ProcessSandbox, SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
@@ -283,8 +283,17 @@ def _play(rollout, env, policy, task, manifest, limits, max_steps, verify_timeou
                 action = policy.act(observation, info)
             except SandboxError as exc:
                 raise _fault("agent.py", exc) from None
-            except NoActionSpace as exc:
+            except AgentFailed as exc:
                 raise EpisodeFault(RolloutStatus.ERRORED, str(exc), "error") from None
+            except AgentStepError as exc:
+                # A malformed action is a step of its own: recorded, the env never sees it.
+                info = _with_agent_record({"agent_error": exc.reason}, policy)
+                writer.add({"index": index, "action": exc.action, "observation": observation, "reward": 0.0,
+                            "terminated": False, "truncated": False, "info": info, "elapsed_ms": 0.0})
+                continue
+            except AgentDone as exc:
+                end_reason = exc.end_reason
+                break
             started = time.perf_counter()
             try:
                 observation, reward, terminated, truncated, info = env.step(action)
@@ -298,7 +307,7 @@ def _play(rollout, env, policy, task, manifest, limits, max_steps, verify_timeou
                     "reward": reward if reward is not None else 0.0,
                     "terminated": terminated,
                     "truncated": truncated,
-                    "info": info if info is not None else {},
+                    "info": _with_agent_record(info if info is not None else {}, policy),
                     "elapsed_ms": (time.perf_counter() - started) * 1000.0,
                 }
             )
@@ -320,6 +329,15 @@ def _play(rollout, env, policy, task, manifest, limits, max_steps, verify_timeou
         if writer.pending:
             writer.flush()
         outcome.step_count, outcome.total_reward = writer.step_count, writer.total_reward
+
+
+def _with_agent_record(info, policy):
+    """The env's info plus what the agent recorded for this action (a model agent: its request, reply,
+    usage and latency) under "agent"."""
+    record = getattr(policy, "step_record", None)
+    if not record:
+        return info
+    return {**info, "agent": record} if isinstance(info, dict) else {"env_info": info, "agent": record}
 
 
 def _verify(env, env_label, verify_timeout_s, writer, outcome):

@@ -6,9 +6,10 @@ from ninja import Field, Schema
 
 class AgentIn(Schema):
     name: str = Field(..., min_length=1, max_length=120)
-    kind: Literal["scripted", "random"]
+    kind: Literal["scripted", "random", "openai"]
     code: str = ""
-    config: dict = {}
+    config: dict = Field({}, description="openai: base_url, model, temperature, max_tokens, system_prompt, max_turns, ...")
+    api_key: str = Field("", description="openai: the endpoint's API key; stored as a secret, never returned")
 
 
 class AgentOut(Schema):
@@ -22,6 +23,14 @@ class AgentOut(Schema):
 class AgentDetailOut(AgentOut):
     code: str
     config: dict
+    api_key_set: bool = False
+
+    @staticmethod
+    def resolve_api_key_set(agent) -> bool:
+        # Whether a key is stored, never the key itself.
+        from .models import AgentSecret
+
+        return AgentSecret.objects.filter(agent_id=agent.pk).exclude(api_key="").exists()
 
 
 class RunIn(Schema):

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 MAX_ROLLOUTS_PER_RUN = 10_000
 MAX_ATTEMPTS = 3
-RUNNABLE_AGENT_KINDS = (AgentKind.RANDOM, AgentKind.SCRIPTED)
+RUNNABLE_AGENT_KINDS = (AgentKind.RANDOM, AgentKind.SCRIPTED, AgentKind.OPENAI)
 
 
 class InvalidRun(DomainError):
@@ -55,7 +55,10 @@ def stale_after_s() -> float:
 # -- agents ---------------------------------------------------------------------------------------
 
 
-def agent_create(*, team, actor, name: str, kind: str, code: str = "", config: dict | None = None) -> Agent:
+def agent_create(
+    *, team, actor, name: str, kind: str, code: str = "", config: dict | None = None, api_key: str = "",
+) -> Agent:
+    """`api_key` (model agents) is stored apart from the config, as a secret no interface shows again."""
     name = (name or "").strip()
     if not name:
         raise InvalidAgent("An agent needs a name.", field="name")
@@ -65,12 +68,22 @@ def agent_create(*, team, actor, name: str, kind: str, code: str = "", config: d
         raise InvalidAgent(f"Kind must be one of {', '.join(AgentKind.values)}.", field="kind")
     if kind == AgentKind.SCRIPTED:
         _check_scripted_code(code)
+    if kind == AgentKind.OPENAI:
+        from .openai_agent import checked_config
+
+        config, api_key = checked_config(config, api_key)
     if Agent.objects.filter(team=team, name=name).exists():
         raise InvalidAgent(f"This team already has an agent named {name!r}.", field="name")
-    return Agent.objects.create(
-        team=team, name=name, kind=kind, code=code or "", code_hash=code_hash(code or ""),
-        config=config or {}, created_by=actor,
-    )
+    with transaction.atomic():
+        agent = Agent.objects.create(
+            team=team, name=name, kind=kind, code=code or "", code_hash=code_hash(code or ""),
+            config=config or {}, created_by=actor,
+        )
+        if api_key:
+            from .openai_agent import agent_api_key_set
+
+            agent_api_key_set(agent=agent, api_key=api_key, actor=actor)
+    return agent
 
 
 def _check_scripted_code(code: str) -> None:
@@ -409,7 +422,10 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
     """
     done = []
     now = timezone.now()
-    candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).values_list("pk", flat=True)
+    # Remote sessions are driven from outside, not by a worker: runs/sessions ends theirs.
+    candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).exclude(
+        run__agent__kind=AgentKind.REMOTE
+    ).values_list("pk", flat=True)
     for rollout_id in candidates:
         with transaction.atomic():
             rollout = Rollout.objects.select_for_update(skip_locked=True).select_related("run").filter(
