@@ -11,9 +11,11 @@ bad or revoked token), 4404 no such rollout or run in your teams (another team's
 4400 a malformed query string.
 """
 import asyncio
+import json
 import time
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -52,10 +54,17 @@ def status_json(rollout: Rollout) -> dict:
     }
 
 
-def _visible_team_ids(user, api_token) -> list[int]:
+def _visible(model, pk: int, user, api_token) -> bool:
+    """Whether the object is in one of the caller's teams (a token's: its own team only)."""
     if api_token is not None:
-        return [api_token.team_id]
-    return list(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+        team_ids = [api_token.team_id]
+    else:
+        team_ids = Membership.objects.filter(user=user).values("team_id")
+    return model.objects.filter(pk=pk, team_id__in=team_ids).exists()
+
+
+def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
+    return _run_summary(run_id) if _visible(Run, run_id, user, api_token) else None
 
 
 def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
@@ -66,17 +75,27 @@ def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
     """Accepts, then refuses with a close code unless the user may see the object."""
 
+    async def dispatch(self, message):
+        # Channels' dispatch first hops to the one thread-sensitive sync thread to close stale
+        # database connections, for every message: with 100 viewers that single thread becomes the
+        # bottleneck (seconds of lag measured in bench_streaming). Every database call here goes
+        # through database_sync_to_async, which closes stale connections itself, so skip the hop.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def refuse(self, code: int) -> None:
         await self.accept()
         await self.close(code=code)
 
-    async def team_ids(self) -> list[int] | None:
-        """The teams this connection may read, or None (after refusing) when nobody is logged in."""
+    async def caller(self) -> tuple | None:
+        """(user, api_token) of the connection, or None (after refusing) when nobody is logged in."""
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return None
-        return await database_sync_to_async(_visible_team_ids)(user, self.scope.get("api_token"))
+        return user, self.scope.get("api_token")
 
     def query_param(self, name: str) -> str | None:
         values = parse_qs(self.scope.get("query_string", b"").decode("latin1")).get(name)
@@ -97,12 +116,11 @@ class RolloutConsumer(_TeamScopedConsumer):
         except ValueError:
             await self.refuse(CLOSE_BAD_REQUEST)
             return
-        team_ids = await self.team_ids()
-        if team_ids is None:
+        caller = await self.caller()
+        if caller is None:
             return
         rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        exists = await database_sync_to_async(Rollout.objects.filter(pk=rollout_id, team_id__in=team_ids).exists)()
-        if not exists:
+        if not await database_sync_to_async(_visible)(Rollout, rollout_id, *caller):
             await self.refuse(CLOSE_NOT_FOUND)
             return
         self.rollout_id = rollout_id
@@ -163,22 +181,27 @@ class RunConsumer(_TeamScopedConsumer):
 
     run_id: int | None = None
     summary_sent_at = 0.0
-    summary_wanted = False
+    summary_wanted = 0.0
     summary_task: asyncio.Task | None = None
 
     async def connect(self):
-        team_ids = await self.team_ids()
-        if team_ids is None:
+        caller = await self.caller()
+        if caller is None:
             return
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        exists = await database_sync_to_async(Run.objects.filter(pk=run_id, team_id__in=team_ids).exists)()
-        if not exists:
+        # Subscribe before reading the summary, so no status change falls between the two; one
+        # database hop for the check and the summary, as connects queue on one sync thread.
+        self.run_id = run_id
+        await self.channel_layer.group_add(events.run_group(run_id), self.channel_name)
+        self.summary_sent_at = time.monotonic()
+        summary = await database_sync_to_async(_run_summary_if_visible)(run_id, *caller)
+        if summary is None:
+            await self.channel_layer.group_discard(events.run_group(run_id), self.channel_name)
+            self.run_id = None
             await self.refuse(CLOSE_NOT_FOUND)
             return
-        self.run_id = run_id
         await self.accept()
-        await self.channel_layer.group_add(events.run_group(run_id), self.channel_name)
-        await self.send_summary()
+        await self.send_json({"type": "run", "summary": summary})
 
     async def disconnect(self, code):
         if self.summary_task is not None:
@@ -189,33 +212,71 @@ class RunConsumer(_TeamScopedConsumer):
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
 
-    async def send_summary(self) -> None:
+    async def send_summary(self, wanted_at: float) -> None:
         self.summary_sent_at = time.monotonic()
-        summary = await database_sync_to_async(_run_summary)(self.run_id)
-        await self.send_json({"type": "run", "summary": summary})
+        await self.send(text_data=await _shared_summary_text(self.run_id, wanted_at))
 
     async def rollout_steps(self, event):
-        await self.send_json({"type": "steps", "rollout_id": event["rollout_id"], "steps": [step_json(s) for s in event["steps"]]})
+        await self.send(text_data=_shared_text("steps", event))
 
     async def rollout_status(self, event):
-        await self.send_json({"type": "status", **{k: v for k, v in event.items() if k != "type"}})
+        await self.send(text_data=_shared_text("status", event))
         if event["status"] in FINISHED_ROLLOUT_STATUSES:
             self.schedule_summary()
 
     def schedule_summary(self) -> None:
         """At most one summary per SUMMARY_EVERY_S; a burst of finishes ends with one fresh summary
         read after the last of them."""
-        self.summary_wanted = True
+        self.summary_wanted = time.monotonic()
         if self.summary_task is None or self.summary_task.done():
             self.summary_task = asyncio.ensure_future(self._send_wanted_summaries())
 
     async def _send_wanted_summaries(self) -> None:
         while self.summary_wanted:
             await asyncio.sleep(max(0.0, self.summary_sent_at + SUMMARY_EVERY_S - time.monotonic()))
-            self.summary_wanted = False
-            await self.send_summary()
+            wanted_at, self.summary_wanted = self.summary_wanted, 0.0
+            await self.send_summary(wanted_at)
 
 
 def _run_summary(run_id: int) -> dict:
     run = Run.objects.select_related("environment_version").get(pk=run_id)
     return selectors.run_summary(run)
+
+
+# Every viewer of a run gets the same bytes for the same event: encode each event once per process,
+# and read a run's summary once for all the viewers that want it, not once each (100 viewers of a
+# run made the server spend most of its time re-encoding and re-querying; see bench_streaming).
+_encoded: dict[tuple, str] = {}
+_ENCODED_KEEP = 512
+_summaries: dict[int, tuple[float, str]] = {}
+_summary_locks: dict[tuple[int, int], asyncio.Lock] = {}
+
+
+def _shared_text(kind: str, event: dict) -> str:
+    if kind == "steps":
+        steps = event["steps"]
+        # Timings tell a retried attempt's steps from the first one's with the same indexes.
+        key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
+        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [step_json(s) for s in steps]}  # noqa: E731
+    else:
+        key = ("status", *(repr(event.get(k)) for k in sorted(event)))
+        message = lambda: {"type": "status", **{k: v for k, v in event.items() if k != "type"}}  # noqa: E731
+    text = _encoded.get(key)
+    if text is None:
+        if len(_encoded) >= _ENCODED_KEEP:
+            _encoded.pop(next(iter(_encoded)))
+        text = _encoded[key] = json.dumps(message())
+    return text
+
+
+async def _shared_summary_text(run_id: int, wanted_at: float) -> str:
+    """The run's summary, read after `wanted_at` (a status change) by this or another consumer."""
+    lock = _summary_locks.setdefault((id(asyncio.get_running_loop()), run_id), asyncio.Lock())
+    async with lock:
+        cached = _summaries.get(run_id)
+        if cached is not None and cached[0] >= wanted_at:
+            return cached[1]
+        read_at = time.monotonic()
+        text = json.dumps({"type": "run", "summary": await database_sync_to_async(_run_summary)(run_id)})
+        _summaries[run_id] = (read_at, text)
+        return text
