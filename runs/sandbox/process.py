@@ -18,6 +18,8 @@ import resource
 import select
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sysconfig
 import tempfile
@@ -41,6 +43,9 @@ STDERR_TAIL_BYTES = 16 * 1024
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 
 _libc_name = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
@@ -68,6 +73,9 @@ class SandboxLimits:
     nproc: int = 32
     fsize_mb: int = 16
     nofile: int = 256
+    # Browser kind: Chromium reserves tens of GB of address space, so memory_mb caps each process's
+    # data segment (RLIMIT_DATA) instead of RLIMIT_AS, and its threads need far more than 32 tasks.
+    browser: bool = False
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "SandboxLimits":
@@ -79,13 +87,27 @@ class SandboxLimits:
         return int(self.cpu_s or math.ceil(self.episode_timeout_s))
 
     def for_runner(self) -> dict:
-        return {
+        limits = {
             "memory_mb": self.memory_mb,
             "cpu_s": self.effective_cpu_s,
             "nproc": self.nproc,
             "fsize_mb": self.fsize_mb,
             "nofile": self.nofile,
         }
+        if self.browser:
+            limits["browser"] = True
+        return limits
+
+    def for_browser(self) -> "SandboxLimits":
+        """These limits as a browser sandbox needs them: room for Chromium's processes and threads."""
+        return dataclasses.replace(
+            self,
+            browser=True,
+            nproc=max(self.nproc, BROWSER_NPROC),
+            nofile=max(self.nofile, BROWSER_NOFILE),
+            fsize_mb=max(self.fsize_mb, 64),
+            memory_mb=max(self.memory_mb, BROWSER_MIN_MEMORY_MB),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +120,7 @@ class SandboxConfig:
     uid_base: int = UID_BASE
     uid_count: int = UID_COUNT
     isolate_network: bool = True
-    # Ceilings set at spawn; load lowers them to the rollout's SandboxLimits.
+    # Ceilings set at spawn; load lowers them to the rollout's SandboxLimits. 0: no RLIMIT_AS (browser).
     max_memory_mb: int = 4096
     max_cpu_s: int = 3600
     nproc: int = 32
@@ -107,9 +129,24 @@ class SandboxConfig:
     # Modules a pre-warmed runner imports while waiting: the SDK (~10 ms) by default; add
     # ("numpy", "gymnasium") for Gymnasium environments (~250 ms of imports moved off the rollout).
     preload: tuple[str, ...] = ("studio_sdk",)
+    # Bring the loopback interface of the sandbox's network namespace up (a fresh one has it down):
+    # a browser sandbox serves its site on 127.0.0.1 inside the namespace.
+    loopback: bool = False
 
 
 DEFAULT_CONFIG = SandboxConfig()
+# Chromium (browser, renderer, GPU/utility processes, ~20 threads each) plus Playwright's node driver.
+BROWSER_NPROC = 768
+BROWSER_NOFILE = 4096
+BROWSER_MIN_MEMORY_MB = 1024
+BROWSER_CONFIG = SandboxConfig(
+    max_memory_mb=0,
+    nproc=BROWSER_NPROC,
+    nofile=BROWSER_NOFILE,
+    fsize_mb=64,
+    loopback=True,
+    preload=("studio_sdk", "studio_sdk.browser"),
+)
 
 
 class StepResult(NamedTuple):
@@ -209,13 +246,27 @@ def kill_uid_processes(uid: int, rounds: int = 50) -> int:
 # -- the sandbox ----------------------------------------------------------------------------------
 
 
-def _child_setup(*, uid, gid, rlimits, isolate_network):
+def _loopback_up() -> None:
+    """Set IFF_UP on `lo` of this process's network namespace (needs CAP_NET_ADMIN in it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        if not flags & IFF_UP:
+            fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+
+
+def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False):
     """Runs in the child between fork and exec: namespace, rlimits, then drop to the sandbox uid."""
 
     def setup():
         if isolate_network and _LIBC is not None:
             # Failure is fine: the runner reports its namespace and the client records the outcome.
             _LIBC.unshare(CLONE_NEWNET if uid is not None else CLONE_NEWUSER | CLONE_NEWNET)
+            if loopback:
+                try:
+                    _loopback_up()
+                except OSError:
+                    pass  # the site server then fails to bind and says so in the load error
         for resource_id, value in rlimits:
             resource.setrlimit(resource_id, (value, value))
         if uid is not None:
@@ -277,6 +328,9 @@ class ProcessSandbox:
         self._dead = False
         self.tools: list | None = None
         self.action_space: dict | None = None
+        # A side result of the latest reset/step, kept out of the observation: a browser env's
+        # screenshot {"type": "image/jpeg", "base64": ...}; the worker stores it as the step's file.
+        self.last_artifact: dict | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -322,13 +376,14 @@ class ProcessSandbox:
                 argv.append("--preload=" + ",".join(config.preload))
             mb = 1024 * 1024
             rlimits = [
-                (resource.RLIMIT_AS, config.max_memory_mb * mb),
                 (resource.RLIMIT_CPU, config.max_cpu_s),
                 (resource.RLIMIT_NPROC, config.nproc),
                 (resource.RLIMIT_FSIZE, config.fsize_mb * mb),
                 (resource.RLIMIT_NOFILE, config.nofile),
                 (resource.RLIMIT_CORE, 0),
             ]
+            if config.max_memory_mb:
+                rlimits.insert(0, (resource.RLIMIT_AS, config.max_memory_mb * mb))
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
@@ -343,6 +398,7 @@ class ProcessSandbox:
                     gid=gid,
                     rlimits=rlimits,
                     isolate_network=config.isolate_network,
+                    loopback=config.loopback,
                 ),
             )
         except BaseException:
@@ -452,12 +508,15 @@ class ProcessSandbox:
         result = self._call("reset", self.limits.step_timeout_s, task=task, seed=seed)
         if self.mode == "env":
             self.action_space = result.get("action_space")
+            self.last_artifact = result.get("artifact")
             return result["observation"]
         return None
 
     def step(self, action: Any) -> StepResult:
         self._require("env", "step")
+        self.last_artifact = None
         result = self._call("step", self.limits.step_timeout_s, action=action)
+        self.last_artifact = result.get("artifact")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:

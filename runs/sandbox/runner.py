@@ -30,6 +30,10 @@ import protocol  # noqa: E402  (beside this file; the runner's directory is sys.
 del sys.path[0]
 
 
+# A reset/step side result (a browser env's screenshot) larger than this is dropped.
+MAX_ARTIFACT_BYTES = 1024 * 1024
+
+
 class ContractError(Exception):
     """User code returned something the environment contract does not allow."""
 
@@ -88,7 +92,12 @@ def apply_limits(limits):
         return value
 
     if limits.get("memory_mb"):
-        applied["memory_mb"] = lower(resource.RLIMIT_AS, int(limits["memory_mb"]) * 1024 * 1024) // (1024 * 1024)
+        # Chromium reserves far more address space than it uses: a browser sandbox caps each
+        # process's data segment instead of its address space.
+        memory_limit = resource.RLIMIT_DATA if limits.get("browser") else resource.RLIMIT_AS
+        applied["memory_mb"] = lower(memory_limit, int(limits["memory_mb"]) * 1024 * 1024) // (1024 * 1024)
+        if limits.get("browser"):
+            applied["browser"] = True
     if limits.get("cpu_s"):
         # RLIMIT_CPU counts the whole life of the process, warm-up included: grant cpu_s from now.
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -212,10 +221,11 @@ class Runner:
             action_space = self.json(getattr(self.target, "action_space", None), "action_space")
         except Exception:
             action_space = None
-        return {
+        result = {
             "observation": protocol.bounded(self.json(observation, "reset() observation")),
             "action_space": action_space,
         }
+        return self._with_artifact(result)
 
     def op_step(self, message):
         self._require("env", "step")
@@ -231,13 +241,29 @@ class Runner:
         except (TypeError, ValueError):
             raise ContractError(f"step() reward must be a number, got {type(reward).__name__}") from None
         info = self.json(info, "step() info") if info is not None else {}
-        return {
-            "observation": protocol.bounded(self.json(observation, "step() observation")),
-            "reward": reward if reward == reward and abs(reward) != float("inf") else None,
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "info": protocol.bounded(info, protocol.MAX_INFO_BYTES, "info"),
-        }
+        return self._with_artifact(
+            {
+                "observation": protocol.bounded(self.json(observation, "step() observation")),
+                "reward": reward if reward == reward and abs(reward) != float("inf") else None,
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "info": protocol.bounded(info, protocol.MAX_INFO_BYTES, "info"),
+            }
+        )
+
+    def _with_artifact(self, result):
+        """Add the env's side result of this call (`take_artifact()`: a screenshot) when it has one."""
+        take = getattr(self.target, "take_artifact", None)
+        if not callable(take):
+            return result
+        artifact = take()
+        if (
+            isinstance(artifact, dict)
+            and isinstance(artifact.get("base64"), str)
+            and len(artifact["base64"]) <= MAX_ARTIFACT_BYTES
+        ):
+            result["artifact"] = {"type": str(artifact.get("type") or "image/jpeg"), "base64": artifact["base64"]}
+        return result
 
     def op_verify(self, message):
         self._require("env", "verify")
