@@ -15,9 +15,11 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from . import events
+from .artifacts import ARTIFACT_KEY, artifacts_store_for_steps
 from .agents import AgentDone, AgentFailed, AgentStepError, policy_for
 from .models import Rollout, RolloutStatus, RunStatus, Step
 from .sandbox.backends import sandbox_for
+from .sandbox.process import BROWSER_CONFIG
 from .sandbox import ProcessSandbox, SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
 
 logger = logging.getLogger(__name__)
@@ -125,6 +127,7 @@ class StepWriter:
         if not self.pending:
             return
         steps, self.pending = self.pending, []
+        artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
         _insert_steps(self.rollout.pk, steps)
         updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
             step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
@@ -136,11 +139,11 @@ class StepWriter:
 
 _STEP_TABLE = Step._meta.db_table
 _INSERT_STEPS_SQL = f"""
-    INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, created_at)
-    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, now()
+    INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
+    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, s.artifact, now()
     FROM jsonb_to_recordset(%s::jsonb) AS s(
         "index" integer, action jsonb, observation jsonb, reward double precision,
-        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision)
+        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
     ON CONFLICT (rollout_id, "index") DO NOTHING
 """
 
@@ -237,7 +240,8 @@ def run_episode(rollout: Rollout) -> EpisodeOutcome:
 
     writer = StepWriter(rollout)
     cancel = CancelCheck(rollout)
-    env = sandbox_for(settings.SANDBOX_BACKEND)
+    # Browser environments need Chromium, which only the process backend hosts.
+    env = ProcessSandbox(BROWSER_CONFIG) if manifest.get("kind") == "browser" else sandbox_for(settings.SANDBOX_BACKEND)
     policy = policy_for(agent, seed=rollout.seed)
     try:
         with Heartbeat(rollout):
@@ -256,7 +260,8 @@ def _play(rollout, env, policy, task, manifest, limits, max_steps, verify_timeou
     deadline = time.monotonic() + limits.episode_timeout_s
     try:
         try:
-            env.start(rollout.run.environment_version.files, mode="env", entrypoint=manifest["entrypoint"], limits=limits)
+            env_limits = limits.for_browser() if manifest.get("kind") == "browser" else limits
+            env.start(rollout.run.environment_version.files, mode="env", entrypoint=manifest["entrypoint"], limits=env_limits)
             env_label = env.label
             observation = env.reset(task, rollout.seed)
         except SandboxError as exc:
@@ -309,6 +314,7 @@ def _play(rollout, env, policy, task, manifest, limits, max_steps, verify_timeou
                     "truncated": truncated,
                     "info": _with_agent_record(info if info is not None else {}, policy),
                     "elapsed_ms": (time.perf_counter() - started) * 1000.0,
+                    **({ARTIFACT_KEY: env.last_artifact} if getattr(env, "last_artifact", None) else {}),
                 }
             )
             if terminated or truncated:
