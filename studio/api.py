@@ -82,3 +82,7 @@ api.add_router("/", runs_router)
 from runs.review.api import router as review_router  # noqa: E402
 
 api.add_router("/", review_router)
+
+from runs.sessions.api import router as sessions_router  # noqa: E402
+
+api.add_router("/", sessions_router)

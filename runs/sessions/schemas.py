@@ -1,0 +1,42 @@
+from typing import Any
+
+from ninja import Field, Schema
+
+
+class SessionIn(Schema):
+    version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
+    task_id: str = Field(..., min_length=1, max_length=200)
+    seed: int = Field(0, ge=0, lt=2**63)
+
+
+class SessionOut(Schema):
+    session_id: str
+    rollout_id: int
+    run_id: int
+    observation: Any = None
+    tools: list[dict] = []
+    action_space: Any = None
+
+
+class ActionIn(Schema):
+    action: Any = None
+
+
+class SessionStepOut(Schema):
+    index: int
+    observation: Any = None
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+
+
+class SessionClosedOut(Schema):
+    rollout_id: int
+    status: str
+    end_reason: str
+    step_count: int
+    total_reward: float
+    verifier_reward: float | None
+    verifier_reason: str
+    error: str
