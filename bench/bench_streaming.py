@@ -10,7 +10,7 @@ with `websockets` clients authenticated by an API token.
 1. Latency: one viewer of one rollout; `--steps` steps published one at a time, 2 ms apart, each with
    its publish time in `info`; median and p95 of publish → arrival (target: p95 under 50 ms).
 2. Fan-out: `--viewers` viewers of one run of `--rollouts` rollouts; every rollout publishes
-   `--fanout-steps` steps in engine-sized batches (flushed every 20 steps or 0.2 s); counts every
+   `--fanout-steps` steps, one every 5 ms, in the engine's batches (runs.engine's flush rule); counts every
    (rollout, index) each viewer gets (all, exactly once) and the worst lag of any step at any viewer
    (target: under 1 s).
 
@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/studio_bench_streaming"
-FLUSH_EVERY_STEPS, FLUSH_EVERY_S = 20, 0.2
 ENV_PY = "class Env:\n    def reset(self, task, seed):\n        return 0\n\n    def step(self, action):\n        return 0, 0.0, False, False, {}\n"
 
 
@@ -84,14 +83,14 @@ def create_fixtures(rollouts: int):
     return raw, latency_run.rollouts.get(), fanout_run, list(fanout_run.rollouts.order_by("id"))
 
 
-def start_server(url: str) -> tuple[subprocess.Popen, int]:
+def start_server(url: str, extra_args: list[str]) -> tuple[subprocess.Popen, int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "DATABASE_URL": url}
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "studio.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--log-level", "warning", "--ws-max-size", str(64 * 1024 * 1024)],
+         "--log-level", "warning", "--ws-max-size", str(64 * 1024 * 1024), *extra_args],
         cwd=ROOT, env=env,
     )
     deadline = time.monotonic() + 30
@@ -118,6 +117,8 @@ class StepWriter:
         })
 
     def due(self) -> bool:
+        from runs.engine import FLUSH_EVERY_S, FLUSH_EVERY_STEPS
+
         return len(self.pending) >= FLUSH_EVERY_STEPS or time.monotonic() - self.last_flush >= FLUSH_EVERY_S
 
     def flush(self) -> None:
@@ -309,6 +310,7 @@ def main():
     parser.add_argument("--rollouts", type=int, default=10)
     parser.add_argument("--fanout-steps", type=int, default=200, help="steps each rollout publishes in the fan-out")
     parser.add_argument("--viewer-processes", type=int, default=4, help="child processes the viewers are spread over")
+    parser.add_argument("--no-deflate", action="store_true", help="serve without permessage-deflate (uvicorn --ws-per-message-deflate false)")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     args = parser.parse_args()
 
@@ -319,7 +321,7 @@ def main():
 
     django.setup()
     token, latency_rollout, run, rollouts = create_fixtures(args.rollouts)
-    server, port = start_server(args.database_url)
+    server, port = start_server(args.database_url, ["--ws-per-message-deflate", "false"] if args.no_deflate else [])
     try:
         latency = asyncio.run(bench_latency(port, token, latency_rollout, args.steps))
         fanout = bench_fanout(port, server.pid, token, run, rollouts, args.viewers, args.fanout_steps, args.viewer_processes)
