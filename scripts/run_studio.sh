@@ -10,4 +10,4 @@ echo
 echo "  Environment Studio is running at http://$HOST:$PORT/"
 echo "  Demo login: demo / demo-password   (worker log: var/worker.log)"
 echo
-.venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning
+.venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning --ws-per-message-deflate false

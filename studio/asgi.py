@@ -8,13 +8,14 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from studio.routing import websocket_urlpatterns  # noqa: E402
+from studio.ws_auth import ProgramOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Browsers must come from an allowed host; programs (no Origin header) authenticate with a token.
+        "websocket": ProgramOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
