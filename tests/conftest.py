@@ -10,6 +10,11 @@ from studio.models import Membership, Role, Team
 PASSWORD = "a-long-test-password-1"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Browser tests run last: while Playwright is open its event loop occupies the main thread."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 def make_user(username):
     return get_user_model().objects.create_user(username=username, password=PASSWORD)
 

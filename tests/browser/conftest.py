@@ -14,8 +14,10 @@ CHROMIUM_ARGS = [
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module-scoped: Playwright's sync API keeps an event loop running in this thread while it is
+    # open, which would break async_to_sync in any later test.
     if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
         pytest.fail(f"Chromium not found at {CHROMIUM}; install Debian's chromium (.ci/run does)")
     from playwright.sync_api import sync_playwright
