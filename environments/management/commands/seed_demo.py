@@ -27,6 +27,8 @@ class Command(BaseCommand):
             files = read_folder(folder)
             manifest = package.parse_manifest(files)
             env = Environment.objects.filter(team=team, slug=folder.name.replace("_", "-")).first()
+            if env is not None and not env.description:
+                services.environment_update(environment=env, actor=user, description=_description(files))
             if env is None:
                 env = services.environment_create(
                     team=team, actor=user, name=manifest["name"], slug=folder.name.replace("_", "-"),
@@ -42,8 +44,13 @@ class Command(BaseCommand):
 
 
 def _description(files):
-    text = files.get("README.md", "")
-    for line in text.splitlines():
+    """The README's first paragraph line, else env.py's docstring."""
+    for line in files.get("README.md", "").splitlines():
         if line.strip() and not line.startswith("#"):
             return line.strip()[:300]
-    return ""
+    import ast
+
+    try:
+        return (ast.get_docstring(ast.parse(files.get("env.py", ""))) or "").split("\n")[0][:300]
+    except SyntaxError:
+        return ""
