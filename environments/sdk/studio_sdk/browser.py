@@ -566,6 +566,7 @@ class BrowserEnvironment(Environment):
             self._navigating = False
         except Exception as exc:  # noqa: BLE001
             self._check_alive()
+            self._stop_loading()
             raise ActionError(_short_error(exc)) from None
 
     def _settle(self):
@@ -573,10 +574,23 @@ class BrowserEnvironment(Environment):
         deadline = time.monotonic() + self.navigation_timeout_ms / 1000.0
         while self._navigating:
             if time.monotonic() >= deadline:
-                self._navigating = False
+                self._stop_loading()
                 return f"the page did not finish loading within {self.navigation_timeout_ms} ms"
             self.page.wait_for_timeout(15)  # lets Playwright deliver the page's events
         return None
+
+    def _stop_loading(self):
+        """Cancel a navigation still in flight (as the browser's Stop button does): until then
+        Playwright would wait for the new document before reading the page."""
+        self._navigating = False
+        try:
+            session = self._context.new_cdp_session(self.page)
+            try:
+                session.send("Page.stopLoading")
+            finally:
+                session.detach()
+        except Exception:  # noqa: BLE001 - best effort; the step's own timeout still bounds it
+            pass
 
     # -- observation ----------------------------------------------------------------------------------
 
