@@ -157,3 +157,12 @@ def compare_rerun(request, rollout_id: int):
         return {"original": original.pk, "rerun": r.pk, "identical": None, "first_divergence": None, "reason": "not finished yet"}
     c = selectors.compare_trajectories(original, r)
     return {"original": original.pk, "rerun": r.pk, **c}
+
+
+@router.get("/runs/{run_id}/usage")
+def get_run_usage(request, run_id: int):
+    """A model agent's tokens over the run (prompt, completion, total), model calls, and the cost
+    when the agent's config sets price_prompt_per_mtok and price_completion_per_mtok."""
+    from .openai_agent import run_model_usage
+
+    return run_model_usage(get_object_or_404(_runs(request), pk=run_id))

@@ -411,3 +411,37 @@ class OpenAIPolicy:
         if self.errors_in_a_row >= self.config["max_errors"]:
             raise AgentFailed(f"the model made {self.errors_in_a_row} malformed actions in a row; last: {reason}")
         raise AgentStepError(action, reason)
+
+
+# -- usage of a run --------------------------------------------------------------------------------
+
+_USAGE_SQL = """
+    SELECT {sums}, COUNT(*) FILTER (WHERE s.info ? 'agent' AND s.info->'agent' ? 'usage')
+    FROM runs_step s JOIN runs_rollout r ON r.id = s.rollout_id
+    WHERE r.run_id = %s
+"""
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def run_model_usage(run) -> dict:
+    """Tokens a model agent's run used (summed from the steps' records), model calls, and the cost
+    when the agent's config has prices per million tokens."""
+    sums = ", ".join(
+        f"COALESCE(SUM(CASE WHEN jsonb_typeof(s.info->'agent'->'usage'->'{key}') = 'number' "
+        f"THEN (s.info->'agent'->'usage'->>'{key}')::numeric END), 0)"
+        for key in _USAGE_KEYS
+    )
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(_USAGE_SQL.format(sums=sums), [run.pk])
+        *totals, calls = cursor.fetchone()
+    usage = {key: int(value) for key, value in zip(_USAGE_KEYS, totals)}
+    usage["model_calls"] = int(calls)
+    config = run.agent.config or {}
+    prices = [config.get(key) for key in PRICE_KEYS]
+    usage["cost"] = (
+        round((usage["prompt_tokens"] * prices[0] + usage["completion_tokens"] * prices[1]) / 1e6, 6)
+        if all(isinstance(p, (int, float)) for p in prices) else None
+    )
+    return usage

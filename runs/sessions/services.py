@@ -11,6 +11,7 @@ import os
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
@@ -76,6 +77,9 @@ class Session:
 
 
 _sessions: dict[str, Session] = {}
+# Sandboxes die with the thread that forked them (PR_SET_PDEATHSIG), and an ASGI server runs each
+# request's sync code on a short-lived thread: so sandboxes of sessions are forked from this one.
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-spawn")
 _registry_lock = threading.Lock()
 _reaper: threading.Thread | None = None
 
@@ -117,6 +121,7 @@ def session_start(*, team, actor, version, task_id: str, seed: int) -> tuple[Ses
     sandbox = sandbox_for(settings.SANDBOX_BACKEND)
     manifest = version.manifest
     try:
+        _spawner.submit(sandbox.spawn).result()
         sandbox.start(version.files, mode="env", entrypoint=manifest["entrypoint"], limits=SandboxLimits.from_dict(limits))
         observation = sandbox.reset(task, seed)
     except SandboxError as exc:

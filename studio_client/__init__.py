@@ -1,0 +1,181 @@
+"""A small Python client of the Environment Studio API, for training loops and batch evaluation.
+
+    from studio_client import StudioClient, StudioEnv
+
+    client = StudioClient("http://localhost:8000", token="est_...")
+    env = StudioEnv(client, "inventory-tools@1")           # Gymnasium-style: reset() / step()
+    observation, info = env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step({"tool": "list_items", "arguments": {"category": "tools"}})
+
+Every episode is a session on the server, recorded as a rollout of the team's `remote` agent.
+Only httpx is needed.
+"""
+import itertools
+import json
+import time
+
+import httpx
+
+__all__ = ["RemoteSession", "StudioClient", "StudioEnv", "StudioError"]
+
+FINISHED_RUN_STATUSES = ("finished", "cancelled")
+
+
+class StudioError(Exception):
+    """The API refused a request: `status` is the HTTP status, `detail` its message, `field` the input at fault."""
+
+    def __init__(self, status: int, detail: str, field: str | None = None):
+        super().__init__(f"HTTP {status}: {detail}" + (f" (field {field})" if field else ""))
+        self.status, self.detail, self.field = status, detail, field
+
+
+class StudioClient:
+    """The API at `base_url` (e.g. http://localhost:8000) with a team's API token."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None):
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def request(self, method: str, path: str, body=None):
+        response = self.http.request(method, path, json=body)
+        if response.status_code >= 400:
+            try:
+                error = response.json()
+                raise StudioError(response.status_code, str(error.get("detail", error)), error.get("field"))
+            except ValueError:
+                raise StudioError(response.status_code, response.text[:500]) from None
+        return response.json() if response.content else None
+
+    # sessions
+
+    def session(self, version: str, task_id: str, seed: int = 0) -> "RemoteSession":
+        """Start a remote session: the environment version runs on the server for this task and seed."""
+        return RemoteSession(self, version, str(task_id), seed)
+
+    def task_ids(self, version: str) -> list[str]:
+        """The task ids of a version ("slug@N"), in file order."""
+        slug, _, number = version.partition("@")
+        response = self.http.get(f"/environments/{slug}/versions/{number}/files/tasks.jsonl")
+        if response.status_code >= 400:
+            raise StudioError(response.status_code, response.text[:500])
+        return [str(json.loads(line)["id"]) for line in response.text.splitlines() if line.strip()]
+
+    # agents and runs
+
+    def create_agent(self, name: str, *, kind: str = "openai", config: dict | None = None, api_key: str = "", code: str = "") -> dict:
+        """An agent of the team; for `openai`, config has base_url and model, and api_key is stored as a secret."""
+        return self.request("POST", "/agents", {"name": name, "kind": kind, "config": config or {}, "api_key": api_key, "code": code})
+
+    def run_batch(self, version: str, agent: int | str, *, task_ids="all", seeds="0", repeats: int = 1,
+                  limits: dict | None = None, poll_s: float = 1.0, timeout_s: float = 3600.0) -> dict:
+        """Evaluate an agent over a version's tasks: create the run, wait for it to finish, and return it
+        with its summary (success rate, mean reward by difficulty) and `usage` (tokens, cost)."""
+        run = self.request("POST", "/runs", {
+            "version": version, "agent": agent, "task_ids": task_ids, "seeds": seeds, "repeats": repeats,
+            "limits": limits or {},
+        })
+        deadline = time.monotonic() + timeout_s
+        while run["status"] not in FINISHED_RUN_STATUSES:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run['id']} did not finish within {timeout_s:g} s (status {run['status']})")
+            time.sleep(poll_s)
+            run = self.request("GET", f"/runs/{run['id']}")
+        run["usage"] = self.request("GET", f"/runs/{run['id']}/usage")
+        return run
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+class RemoteSession:
+    """One episode on the server. `observation`, `tools` and `action_space` are what the start returned."""
+
+    def __init__(self, client: StudioClient, version: str, task_id: str, seed: int):
+        self.client, self.version, self.task_id, self.seed = client, version, task_id, seed
+        self._open()
+
+    def _open(self) -> None:
+        started = self.client.request("POST", "/sessions", {"version": self.version, "task_id": self.task_id, "seed": self.seed})
+        self.id, self.rollout_id, self.run_id = started["session_id"], started["rollout_id"], started["run_id"]
+        self.observation, self.tools, self.action_space = started["observation"], started["tools"], started["action_space"]
+        self.steps, self.closed, self.result = 0, False, None
+
+    def reset(self):
+        """(observation, info) of the episode's start; after steps, a fresh session (same task and seed)."""
+        if self.steps or self.closed:
+            self.close()
+            self._open()
+        return self.observation, {"tools": self.tools, "action_space": self.action_space, "rollout_id": self.rollout_id,
+                                  "session_id": self.id}
+
+    def step(self, action):
+        """(observation, reward, terminated, truncated, info), as Gymnasium's step."""
+        result = self.client.request("POST", f"/sessions/{self.id}/step", {"action": action})
+        self.steps += 1
+        self.observation = result["observation"]
+        return result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"]
+
+    def close(self) -> dict | None:
+        """Verify and finish the rollout; returns its status, verifier reward and reason (once)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                self.result = self.client.request("POST", f"/sessions/{self.id}/close")
+            except StudioError as exc:
+                if exc.status != 404:  # 404: the server already closed it (idle, or the episode failed)
+                    raise
+        return self.result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+class StudioEnv:
+    """A Gymnasium-style environment over the client: each reset() closes the last episode's session
+    and opens a new one. Tasks cycle through `task_ids` (default: all of the version's); seeds count up
+    from `seed` (or from the last reset(seed=...) given); reset(options={"task_id": ...}) picks a task."""
+
+    def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, seed: int = 0):
+        self.client, self.version = client, version
+        self.task_ids = list(task_ids) if task_ids else client.task_ids(version)
+        self._tasks = itertools.cycle(self.task_ids)
+        self._seeds = itertools.count(seed)
+        self.session: RemoteSession | None = None
+        self.last_result: dict | None = None  # the previous episode's close(): status, verifier reward
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self.close()
+        task_id = (options or {}).get("task_id") or next(self._tasks)
+        if seed is None:
+            seed = next(self._seeds)
+        else:
+            self._seeds = itertools.count(seed + 1)  # later resets go on from here, as Gymnasium's rng would
+        self.session = self.client.session(self.version, task_id, seed)
+        return self.session.reset()
+
+    def step(self, action):
+        if self.session is None:
+            raise RuntimeError("call reset() before step()")
+        return self.session.step(action)
+
+    def close(self) -> None:
+        if self.session is not None and not self.session.closed:
+            self.last_result = self.session.close()
+        self.session = None
+
+    @property
+    def tools(self) -> list[dict]:
+        return self.session.tools if self.session else []
