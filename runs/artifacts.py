@@ -14,8 +14,9 @@ EXTENSIONS = {"image/jpeg": "jpg", "image/png": "png"}
 MAX_ARTIFACT_BYTES = 512 * 1024
 
 
-def artifact_store(*, rollout_id: int, index: int, artifact: dict | None) -> str | None:
-    """Save one step's artifact; returns the storage name, or None for nothing usable."""
+def artifact_store(*, rollout_id: int, index: int, artifact: dict | None, stem: str = "") -> str | None:
+    """Save one step's artifact (`stem` names a non-step one, e.g. "reset"); returns the storage name,
+    or None for nothing usable."""
     if not isinstance(artifact, dict):
         return None
     extension = EXTENSIONS.get(artifact.get("type"))
@@ -25,7 +26,8 @@ def artifact_store(*, rollout_id: int, index: int, artifact: dict | None) -> str
         return None
     if extension is None or not data or len(data) > MAX_ARTIFACT_BYTES:
         return None
-    return default_storage.save(f"artifacts/rollouts/{rollout_id}/{index:05d}.{extension}", ContentFile(data))
+    name = stem or f"{index:05d}"
+    return default_storage.save(f"artifacts/rollouts/{rollout_id}/{name}.{extension}", ContentFile(data))
 
 
 def artifacts_store_for_steps(rollout_id: int, steps: list[dict]) -> None:

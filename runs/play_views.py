@@ -1,0 +1,95 @@
+"""Play mode pages: choose a browser version and task, then act as the agent (see runs/play.py)."""
+import json
+
+from django.contrib import messages
+from django.http import JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from environments.models import EnvironmentVersion
+from studio.access import team_view
+from studio.errors import DomainError
+
+from . import play as play_service
+
+ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "done")
+
+
+def _browser_versions(team):
+    return (
+        EnvironmentVersion.objects.filter(environment__team=team, environment__kind="browser")
+        .select_related("environment")
+        .order_by("environment__name", "-number")
+    )
+
+
+@team_view("run")
+def play_new(request):
+    versions = _browser_versions(request.team)
+    label = request.GET.get("version") or ""
+    version = next((v for v in versions if v.label == label), None)
+    return render(request, "runs/play.html", {"versions": versions, "version": version, "label": label, "play": None})
+
+
+@team_view("run")
+@require_POST
+def play_start(request):
+    label = request.POST.get("version") or ""
+    version = next((v for v in _browser_versions(request.team) if v.label == label), None)
+    if version is None:
+        messages.error(request, "Choose a browser environment version to play.")
+        return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
+    try:
+        seed = int(request.POST.get("seed") or 0)
+        play = play_service.play_start(
+            team=request.team, actor=request.user, version=version, task_id=request.POST.get("task_id") or "", seed=seed
+        )
+    except (DomainError, ValueError) as exc:
+        messages.error(request, str(exc))
+        return redirect(reverse("play:new", kwargs={"team": request.team.slug}) + f"?version={label}")
+    return redirect(reverse("play:play", kwargs={"team": request.team.slug, "play_id": play.id}))
+
+
+@team_view("run")
+def play_page(request, play_id):
+    try:
+        play = play_service.play_get(team=request.team, play_id=play_id)
+    except DomainError as exc:
+        messages.error(request, str(exc))
+        return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
+    return render(request, "runs/play.html", {"play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout})
+
+
+@team_view("run")
+@require_POST
+def play_act(request, play_id):
+    try:
+        action = json.loads(request.body or b"{}")
+    except ValueError:
+        return JsonResponse({"error": "the body must be a JSON action"}, status=400)
+    if not isinstance(action, dict):
+        return JsonResponse({"error": "an action is a JSON object"}, status=400)
+    try:
+        play = play_service.play_get(team=request.team, play_id=play_id)
+        step = play_service.play_act(play=play, action=action)
+    except DomainError as exc:
+        return JsonResponse({"error": str(exc)}, status=getattr(exc, "status", 400))
+    return JsonResponse({
+        "index": step["index"], "observation": step["observation"], "info": step["info"],
+        "reward": step["reward"], "terminated": step["terminated"], "truncated": step["truncated"],
+        "artifact_url": step.get("artifact_url"), "done": play.done,
+    })
+
+
+@team_view("run")
+@require_POST
+def play_finish(request, play_id):
+    try:
+        play = play_service.play_get(team=request.team, play_id=play_id)
+    except DomainError as exc:
+        messages.error(request, str(exc))
+        return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
+    rollout = play_service.play_finish(play=play)
+    messages.info(request, f"Play finished: {rollout.status} (verifier: {rollout.verifier_reason or rollout.error})")
+    return redirect(reverse("runs:rollout", kwargs={"team": request.team.slug, "rollout_id": rollout.pk}))
