@@ -7,7 +7,7 @@ import time
 import pytest
 
 from environments import services as env_services
-from runs.sandbox.process import UID_BASE, UID_COUNT
+from tests.browser_envs.chromium_processes import sandbox_chromium_pids
 
 
 def browser_version(team, actor, slug, files):
@@ -16,31 +16,6 @@ def browser_version(team, actor, slug, files):
         team=team, actor=actor, name=slug, slug=slug.replace("_", "-"), kind="browser", files=files
     )
     return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
-
-
-def sandbox_chromium_pids() -> list[int]:
-    """Live Chromium (and Playwright driver) processes whose real uid is a sandbox uid."""
-    import os
-
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status", "rb") as status:
-                text = status.read(2048).decode("ascii", "replace")
-            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                command = cmdline.read(4096)
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        uid = int(fields.get("Uid", "0").split()[0])
-        state = fields.get("State", "").split()[:1]
-        if not (UID_BASE <= uid < UID_BASE + UID_COUNT) or state in (["Z"], ["X"]):
-            continue
-        if b"chrom" in command or b"playwright" in command:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture(autouse=True)
