@@ -31,6 +31,7 @@ import base64
 import mimetypes
 import os
 import posixpath
+import re
 import socketserver
 import threading
 import time
@@ -432,7 +433,9 @@ class BrowserEnvironment(Environment):
         self._context = self._browser.new_context(
             viewport=self.viewport, accept_downloads=False, service_workers="block", java_script_enabled=True
         )
-        self._context.route("**/*", self._route)
+        # Only requests that leave the site match (a regex is matched inside the browser driver, so the
+        # site's own requests never make a round trip through Python).
+        self._context.route(re.compile(r"^(?!" + re.escape(self.origin) + r"(?:/|$)|data:|blob:|about:)"), self._route)
         page = self._context.new_page()
         page.set_default_timeout(self.action_timeout_ms)
         page.set_default_navigation_timeout(self.navigation_timeout_ms)
