@@ -1,13 +1,49 @@
 """REST endpoints of remote sessions: start, step, close (team-scoped, `run` permission)."""
+import hashlib
+import threading
+import time
+
 from ninja import Router, Status
+from ninja.security import HttpBearer
 
 from environments.selectors import version_by_label
-from studio.api import require
+from studio.api import TokenAuth, require
 
 from . import services
 from .schemas import ActionIn, SessionClosedOut, SessionIn, SessionOut, SessionStepOut
 
 router = Router(tags=["sessions"])
+
+TOKEN_CACHE_S = 5.0
+
+
+class CachedTokenAuth(HttpBearer):
+    """The project's token auth, remembered for TOKEN_CACHE_S per token: a training loop's step then
+    touches no database at all (a revoked token or changed role takes effect within those seconds)."""
+
+    def __init__(self):
+        super().__init__()
+        self._checked: dict[str, tuple[float, object, object, object, object]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, request, token):
+        key = hashlib.sha256(token.encode("utf-8")).hexdigest()
+        now = time.monotonic()
+        hit = self._checked.get(key)
+        if hit is None or hit[0] < now:
+            api_token = TokenAuth().authenticate(request, token)
+            if api_token is None:
+                return None
+            hit = (now + TOKEN_CACHE_S, api_token, request.team, request.membership, request.user)
+            with self._lock:
+                if len(self._checked) > 10_000:
+                    self._checked.clear()
+                self._checked[key] = hit
+        _, api_token, request.team, request.membership, request.user = hit
+        return api_token
+
+
+step_auth = CachedTokenAuth()
 
 
 @router.post("/sessions", response={201: SessionOut})
@@ -22,7 +58,7 @@ def start_session(request, payload: SessionIn):
     return Status(201, {"session_id": session.id, "rollout_id": session.rollout.pk, "run_id": session.rollout.run_id, **first})
 
 
-@router.post("/sessions/{session_id}/step", response=SessionStepOut)
+@router.post("/sessions/{session_id}/step", response=SessionStepOut, auth=step_auth)
 def step_session(request, session_id: str, payload: ActionIn):
     """One step: observation, reward, terminated, truncated, info (Gymnasium's five values)."""
     require(request, "run")

@@ -21,7 +21,7 @@ from django.utils import timezone
 from studio.errors import DomainError
 
 from .. import services as run_services
-from ..engine import DEFAULT_VERIFY_TIMEOUT_S, EpisodeOutcome, StepWriter, _public_facts, _verify, describe_fault, effective_limits
+from ..engine import DEFAULT_VERIFY_TIMEOUT_S, FLUSH_EVERY_STEPS, EpisodeOutcome, StepWriter, _public_facts, _verify, describe_fault, effective_limits
 from ..models import AgentKind, Rollout, RolloutStatus, Run, RunStatus
 from ..sandbox import SandboxError, SandboxLimits, SandboxTimeout
 from ..sandbox.backends import sandbox_for
@@ -179,8 +179,9 @@ def session_step(*, session: Session, action) -> dict:
         writer.add(step)
         if terminated or truncated:
             session.done, session.end_reason = True, end_reason
-            writer.flush()
-        elif writer.due():
+        # The reaper thread flushes (every ~0.2 s, as the engine does), so a step's round trip
+        # touches no database; only a very long burst is flushed here.
+        if len(writer.pending) >= FLUSH_EVERY_STEPS:
             writer.flush()
         return step
 
@@ -289,7 +290,7 @@ def reap_once(session: Session, *, now: float | None = None) -> str:
             session.end_reason = "idle_timeout"
             _close_locked(session)
             return "closed"
-        if session.writer.pending and session.writer.due():
+        if session.writer.pending and (session.done or session.writer.due()):
             session.writer.flush()
             session.last_beat = now
             return "flushed"
