@@ -9,6 +9,7 @@ Ends by checking that no Chromium process of a sandbox uid is left.
 """
 
 import argparse
+import json
 import statistics
 import sys
 import threading
@@ -31,7 +32,7 @@ def percentile(values, fraction):
 
 def demo(name):
     files = read_folder(DEMO_DIR / name)
-    tasks = [__import__("json").loads(line) for line in files["tasks.jsonl"].splitlines() if line.strip()]
+    tasks = [json.loads(line) for line in files["tasks.jsonl"].splitlines() if line.strip()]
     entrypoint = next(line.split("=", 1)[1].strip().strip('"') for line in files["environment.toml"].splitlines()
                       if line.startswith("entrypoint"))
     return files, tasks, entrypoint

@@ -9,17 +9,17 @@ from tests.runs.rollout_factories import DEMO_DIR, play_run, read_folder, script
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 
 
-def play_all_tasks(team, owner, demo, agent_file):
+def play_tasks(team, owner, demo, agent_file, task_ids=None):
     version = browser_version(team, owner, demo, read_folder(DEMO_DIR / demo))
     agent = scripted_agent(team, owner, (DEMO_DIR / demo / agent_file).read_text(), name=f"{demo}-{agent_file}")
     run = services.run_create(team=team, actor=owner, version=version, agent=agent,
-                              task_ids=[task["id"] for task in version.tasks], seeds=[0])
+                              task_ids=task_ids or [task["id"] for task in version.tasks], seeds=[0])
     return {rollout.task_id: rollout for rollout in play_run(run)}
 
 
 @pytest.mark.parametrize("demo", ["web_form", "web_shop"])
 def test_scripted_agent_solves_every_task_and_each_step_has_a_stored_screenshot(team, owner, demo, media_in_tmp):
-    rollouts = play_all_tasks(team, owner, demo, "agent.py")
+    rollouts = play_tasks(team, owner, demo, "agent.py")
     for task_id, rollout in rollouts.items():
         assert (rollout.status, rollout.verifier_reward) == ("succeeded", 1.0), (task_id, rollout.error, rollout.verifier_reason)
     steps = list(Step.objects.filter(rollout__in=rollouts.values()))
@@ -32,9 +32,9 @@ def test_scripted_agent_solves_every_task_and_each_step_has_a_stored_screenshot(
     assert set(first.observation) >= {"url", "title", "text", "error"}
 
 
-@pytest.mark.parametrize("demo", ["web_form", "web_shop"])
-def test_gaming_agent_that_types_the_success_text_gets_no_reward(team, owner, demo):
-    rollouts = play_all_tasks(team, owner, demo, "agent_gaming.py")
+@pytest.mark.parametrize("demo, task_ids", [("web_form", ["basic", "confirm"]), ("web_shop", ["one-mug", "desk-price"])])
+def test_gaming_agent_that_types_the_success_text_gets_no_reward(team, owner, demo, task_ids):
+    rollouts = play_tasks(team, owner, demo, "agent_gaming.py", task_ids)
     for task_id, rollout in rollouts.items():
         assert rollout.status == "failed", (task_id, rollout.status, rollout.error)
         assert rollout.verifier_reward == 0.0

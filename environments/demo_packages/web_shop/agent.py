@@ -48,7 +48,7 @@ def act(observation, info):
     query = {"red-mug": "mug", "wool-socks": "socks", "notebook-a5": "notebook"}[sku]
     if f"Results for “{query}”" not in text:
         box = find(text, r'input\[search\] name=q')
-        if not observation.get("_typed") and f'value="{query}"' not in text:
+        if f'value="{query}"' not in text:
             return {"action": "fill", "id": box, "value": query}
         return {"action": "press", "id": box, "key": "Enter"}
     candidates = links(text)
