@@ -34,13 +34,44 @@ def parse_seeds(text: str, *, limit: int = 10_000) -> list[int]:
 
 
 class AgentForm(forms.Form):
+    """One form for every agent kind; the page shows the fields of the chosen kind."""
+
     name = forms.CharField(max_length=120)
-    kind = forms.ChoiceField(choices=[(AgentKind.SCRIPTED, "Scripted (Python act function)"), (AgentKind.RANDOM, "Random")])
+    kind = forms.ChoiceField(choices=[
+        (AgentKind.SCRIPTED, "Scripted (Python act function)"),
+        (AgentKind.OPENAI, "Model behind an OpenAI-compatible API"),
+        (AgentKind.RANDOM, "Random"),
+    ], widget=forms.Select(attrs={"data-agent-kind": "1"}))
     code = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 14, "id": "code", "data-mode": "python"}), required=False,
+        widget=forms.Textarea(attrs={"rows": 14, "id": "code", "data-mode": "python", "data-kind": "scripted"}), required=False,
         initial='def reset(task, seed):\n    pass\n\n\ndef act(observation, info):\n    return 0\n',
         help_text="A scripted agent defines act(observation, info) -> action, and optionally reset(task, seed).",
     )
+    base_url = forms.CharField(required=False, label="Base URL", widget=forms.TextInput(attrs={"data-kind": "openai", "placeholder": "http://host:8000/v1"}))
+    model = forms.CharField(required=False, widget=forms.TextInput(attrs={"data-kind": "openai", "placeholder": "e.g. Qwen/Qwen2.5-7B-Instruct"}))
+    api_key = forms.CharField(
+        required=False, label="API key", widget=forms.PasswordInput(render_value=False, attrs={"data-kind": "openai", "autocomplete": "off"}),
+        help_text="Stored as a secret: never shown again, never sent to the sandbox.",
+    )
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2, initial=0, widget=forms.NumberInput(attrs={"data-kind": "openai", "step": "0.1"}))
+    max_tokens = forms.IntegerField(required=False, min_value=1, initial=1024, widget=forms.NumberInput(attrs={"data-kind": "openai"}))
+    max_turns = forms.IntegerField(required=False, min_value=1, initial=30, label="Turn limit", widget=forms.NumberInput(attrs={"data-kind": "openai"}))
+    system_prompt = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4, "data-kind": "openai"}),
+        help_text="Optional; placeholders {task}, {task_id} and {tools} are filled in.",
+    )
+
+    MODEL_FIELDS = ("base_url", "model", "temperature", "max_tokens", "max_turns", "system_prompt")
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        kwargs = {"name": data["name"], "kind": data["kind"]}
+        if data["kind"] == AgentKind.SCRIPTED:
+            kwargs["code"] = data["code"]
+        elif data["kind"] == AgentKind.OPENAI:
+            kwargs["config"] = {k: data[k] for k in self.MODEL_FIELDS if data.get(k) not in (None, "")}
+            kwargs["api_key"] = data.get("api_key") or ""
+        return kwargs
 
 
 class RunForm(forms.Form):

@@ -206,9 +206,10 @@ def agent_new(request):
     form = AgentForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            agent = services.agent_create(team=request.team, actor=request.user, **form.cleaned_data)
+            agent = services.agent_create(team=request.team, actor=request.user, **form.service_kwargs())
         except DomainError as exc:
-            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            field = (exc.field or "").removeprefix("config.")
+            form.add_error(field if field in form.fields else None, exc.message)
         else:
             messages.success(request, f"Agent {agent.name} created.")
             return redirect("runs:agent", team=request.team.slug, agent_id=agent.pk)
@@ -219,4 +220,7 @@ def agent_new(request):
 def agent_detail(request, agent_id):
     agent = get_object_or_404(Agent, team=request.team, pk=agent_id)
     runs = _runs_with_counts(request.team).filter(agent=agent)[:20]
-    return render(request, "runs/agent.html", {"agent": agent, "runs": runs})
+    from .models import AgentSecret
+
+    key_set = AgentSecret.objects.filter(agent=agent).exclude(api_key="").exists()
+    return render(request, "runs/agent.html", {"agent": agent, "runs": runs, "api_key_set": key_set})

@@ -17,3 +17,15 @@ document.addEventListener("htmx:beforeSwap", (e) => {
   const status = e.detail.xhr.status;
   if (status === 400 || status === 409) { e.detail.shouldSwap = true; e.detail.isError = false; }
 });
+// Forms with a kind selector show only the fields of the chosen kind ([data-kind] on the inputs).
+function showKindFields(select) {
+  const form = select.form;
+  form.querySelectorAll("[data-kind]").forEach((input) => {
+    const label = input.closest("label") || input;
+    label.hidden = input.dataset.kind !== select.value;
+    const cm = label.querySelector(".CodeMirror");
+    if (!label.hidden && cm && cm.CodeMirror) cm.CodeMirror.refresh();
+  });
+}
+document.addEventListener("change", (e) => { if (e.target.matches("[data-agent-kind]")) showKindFields(e.target); });
+document.addEventListener("DOMContentLoaded", () => document.querySelectorAll("[data-agent-kind]").forEach(showKindFields));

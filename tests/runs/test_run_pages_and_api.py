@@ -124,3 +124,16 @@ def test_agent_page_creates_scripted_agent(owner):
     assert Agent.objects.get(name="always-zero").code_hash
     r = login(owner).post("/t/alpha/agents/new/", {"name": "broken", "kind": "scripted", "code": "def act(:\n"})
     assert r.status_code == 200 and not Agent.objects.filter(name="broken").exists()
+
+
+def test_agent_page_creates_an_openai_agent_and_never_shows_the_key(owner):
+    c = login(owner)
+    r = c.post("/t/alpha/agents/new/", {"name": "qwen", "kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+                                         "model": "qwen", "api_key": "sk-very-secret", "temperature": "0.2"})
+    assert r.status_code == 302, r.content.decode()[:2000]
+    agent = Agent.objects.get(name="qwen")
+    assert agent.config["model"] == "qwen" and "api_key" not in agent.config
+    page = c.get(r["Location"]).content.decode()
+    assert "set (hidden)" in page and "sk-very-secret" not in page
+    r = c.post("/t/alpha/agents/new/", {"name": "no-url", "kind": "openai", "model": "m"})
+    assert r.status_code == 200 and not Agent.objects.filter(name="no-url").exists()
