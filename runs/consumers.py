@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from studio.models import Membership
 
@@ -34,8 +35,11 @@ CLOSE_NOT_FOUND = 4404
 
 
 def step_json(step: dict) -> dict:
-    """The API's StepOut shape, whatever else the publisher put in the dict."""
-    return {field: step.get(field) for field in STEP_FIELDS}
+    """The API's StepOut shape, whatever else the publisher put in the dict (or a DB row's artifact path)."""
+    out = {field: step.get(field) for field in STEP_FIELDS}
+    artifact = step.get("artifact")
+    out["artifact_url"] = step.get("artifact_url") or (settings.MEDIA_URL + artifact if artifact else None)
+    return out
 
 
 def status_json(rollout: Rollout) -> dict:
@@ -67,7 +71,7 @@ def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
 
 
 def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
-    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*STEP_FIELDS)[:limit]
+    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*STEP_FIELDS, "artifact")[:limit]
     return list(rows)
 
 

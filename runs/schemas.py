@@ -89,6 +89,7 @@ class RolloutDetailOut(RolloutOut):
 
 class StepOut(Schema):
     index: int
+    artifact_url: str | None = None
     action: Any = None
     observation: Any = None
     reward: float
@@ -96,6 +97,11 @@ class StepOut(Schema):
     truncated: bool
     info: dict
     elapsed_ms: float
+
+    @staticmethod
+    def resolve_artifact_url(step):
+        artifact = step.artifact if hasattr(step, "artifact") else step.get("artifact")
+        return artifact.url if hasattr(artifact, "url") and artifact else None
 
 
 class StepPage(Schema):

@@ -422,9 +422,9 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
     """
     done = []
     now = timezone.now()
-    # Remote sessions are driven from outside, not by a worker: runs/sessions ends theirs.
+    # Remote sessions and plays are driven from outside, not by a worker: runs/sessions and runs/play end theirs.
     candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).exclude(
-        run__agent__kind=AgentKind.REMOTE
+        run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN]
     ).values_list("pk", flat=True)
     for rollout_id in candidates:
         with transaction.atomic():

@@ -22,6 +22,7 @@ urlpatterns = [
     path("t/<slug:team>/tokens/new/", views.token_create, name="token_create"),
     path("t/<slug:team>/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
     path("t/<slug:team>/", include("runs.review.urls")),
+    path("t/<slug:team>/", include("runs.play_urls")),
     path("t/<slug:team>/environments/", include("environments.urls")),
     path("t/<slug:team>/", include("runs.urls")),
 ]

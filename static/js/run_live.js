@@ -102,6 +102,7 @@
         <div><strong>#${id}</strong> <span class="muted small">step ${step.index} · reward ${fmt(step.reward)}</span></div>
         <div class="small"><span class="muted">action</span> <code>${esc(short(step.action, 80))}</code></div>
         <div class="small"><span class="muted">obs</span> <code>${esc(short(step.observation))}</code></div>
+        ${step.artifact_url ? `<img class="live-shot" src="${esc(step.artifact_url)}" alt="screenshot of step ${step.index}">` : ""}
       </a>`).join("") : '<p class="muted small">No rollout is running right now.</p>';
   }
 

@@ -8,7 +8,7 @@ from tests.browser_envs.conftest import browser_version
 from tests.conftest import login
 from tests.runs.rollout_factories import DEMO_DIR, read_folder
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db, pytest.mark.urls("tests.browser_envs.play_test_urls")]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 
 
 def test_author_plays_the_form_from_the_page_and_gets_a_verified_human_rollout(team, owner, media_in_tmp):

@@ -69,16 +69,21 @@ def session_cookie(user) -> tuple[bytes, bytes]:
     return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
 
 
-def step_dict(index: int) -> dict:
+def step_row(index: int) -> dict:
     return {
         "index": index, "action": index % 4, "observation": {"n": index}, "reward": 1.0, "terminated": False,
         "truncated": False, "info": {"i": index}, "elapsed_ms": 0.5,
     }
 
 
+def step_dict(index: int) -> dict:
+    """A step as viewers receive it (no screenshot in these tests)."""
+    return step_row(index) | {"artifact_url": None}
+
+
 def write_and_publish(rollout: Rollout, indexes) -> None:
     """What the engine's StepWriter.flush does: store the batch, count it, then publish it."""
-    steps = [step_dict(i) for i in indexes]
+    steps = [step_row(i) for i in indexes]
     Step.objects.bulk_create([Step(rollout_id=rollout.pk, **s) for s in steps])
     Rollout.objects.filter(pk=rollout.pk).update(step_count=steps[-1]["index"] + 1, status=RolloutStatus.RUNNING)
     events.publish_steps(rollout, steps)
@@ -360,7 +365,7 @@ def test_run_viewer_gets_summary_statuses_steps_and_a_fresh_summary_after_a_fini
 # -- helpers -------------------------------------------------------------------------------------------------
 
 def _store_silently(rollout: Rollout, indexes) -> None:
-    Step.objects.bulk_create([Step(rollout_id=rollout.pk, **step_dict(i)) for i in indexes])
+    Step.objects.bulk_create([Step(rollout_id=rollout.pk, **step_row(i)) for i in indexes])
 
 
 async def _sleep(seconds: float) -> None:
