@@ -1,7 +1,10 @@
 from datetime import datetime
 from typing import Any, Literal
 
+from django.conf import settings
 from ninja import Field, Schema
+
+from .models import Step
 
 
 class AgentIn(Schema):
@@ -100,8 +103,10 @@ class StepOut(Schema):
 
     @staticmethod
     def resolve_artifact_url(step):
-        artifact = step.artifact if hasattr(step, "artifact") else step.get("artifact")
-        return artifact.url if hasattr(artifact, "url") and artifact else None
+        artifact = step.artifact if isinstance(step, Step) else step.get("artifact")
+        if not artifact:
+            return None
+        return artifact.url if hasattr(artifact, "url") else settings.MEDIA_URL + str(artifact)
 
 
 class StepPage(Schema):

@@ -137,3 +137,13 @@ def test_agent_page_creates_an_openai_agent_and_never_shows_the_key(owner):
     assert "set (hidden)" in page and "sk-very-secret" not in page
     r = c.post("/t/alpha/agents/new/", {"name": "no-url", "kind": "openai", "model": "m"})
     assert r.status_code == 200 and not Agent.objects.filter(name="no-url").exists()
+
+
+def test_steps_carry_the_url_of_their_screenshot(owner_api, finished_run):
+    from runs.models import Step
+
+    rollout = finished_run.rollouts.first()
+    Step.objects.filter(rollout=rollout, index=0).update(artifact="artifacts/rollouts/1/00000.jpg")
+    steps = owner_api.get(f"/rollouts/{rollout.pk}/steps", {"limit": 2}).json()["steps"]
+    assert steps[0]["artifact_url"] == "/media/artifacts/rollouts/1/00000.jpg"
+    assert steps[1]["artifact_url"] is None
