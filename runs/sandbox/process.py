@@ -42,6 +42,34 @@ STDERR_TAIL_BYTES = 16 * 1024
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REC, MS_PRIVATE = 16384, 1 << 18
+
+# Unix sockets and files are not cut off by a network namespace: as root the sandbox gets its own
+# mount namespace with an empty read-only tmpfs over each of these (service sockets under /run, the
+# databases' files, the studio's media files with every team's screenshots).
+HIDDEN_PATHS = [
+    "/run", "/var/run", "/var/lib/postgresql", "/etc/postgresql", "/var/lib/redis", "/etc/redis",
+    "/var/lib/mysql", "/etc/mysql", "/var/lib/docker", "/home",
+]
+
+
+def hide_paths(*paths) -> None:
+    """Also hide these from every sandbox started from now on (the Django settings add MEDIA_ROOT)."""
+    for path in paths:
+        if str(path) not in HIDDEN_PATHS:
+            HIDDEN_PATHS.append(str(path))
+
+
+def _hidden_targets() -> list[str]:
+    """Existing directories to cover, resolved (so /var/run and /run count once), outermost first."""
+    targets = []
+    for path in HIDDEN_PATHS:
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and real not in targets and not real.startswith(str(SANDBOX_ROOT)):
+            targets.append(real)
+    return sorted(targets, key=len)
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
@@ -255,10 +283,28 @@ def _loopback_up() -> None:
             fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
 
 
-def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False):
-    """Runs in the child between fork and exec: namespace, rlimits, then drop to the sandbox uid."""
+def _mount_call(source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> None:
+    if _LIBC.mount(source, target, fstype, flags, data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {target.decode()}: {os.strerror(errno)}")
+
+
+def _hide_filesystem(targets: list[str]) -> None:
+    """A private mount namespace in which each target is an empty read-only tmpfs. Fails closed."""
+    if _LIBC.unshare(CLONE_NEWNS) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare(CLONE_NEWNS): {os.strerror(errno)}")
+    _mount_call(b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+    for target in targets:
+        _mount_call(b"tmpfs", target.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,mode=0555")
+
+
+def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False, hidden=()):
+    """Runs in the child between fork and exec: namespaces, rlimits, then drop to the sandbox uid."""
 
     def setup():
+        if hidden and _LIBC is not None:
+            _hide_filesystem(hidden)
         if isolate_network and _LIBC is not None:
             # Failure is fine: the runner reports its namespace and the client records the outcome.
             _LIBC.unshare(CLONE_NEWNET if uid is not None else CLONE_NEWUSER | CLONE_NEWNET)
@@ -358,6 +404,10 @@ class ProcessSandbox:
             os.chmod(self.workdir, 0o700)
 
             python_path = list(config.python_path) if config.python_path is not None else default_python_path()
+            needed = [os.path.realpath(p) for p in [*python_path, str(self.workdir), config.python, str(Path(__file__).parent)]]
+            hidden = [
+                t for t in _hidden_targets() if not any(n == t or n.startswith(t + os.sep) for n in needed)
+            ] if is_root else []
             env = {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
@@ -399,6 +449,7 @@ class ProcessSandbox:
                     rlimits=rlimits,
                     isolate_network=config.isolate_network,
                     loopback=config.loopback,
+                    hidden=hidden,
                 ),
             )
         except BaseException:
@@ -407,7 +458,10 @@ class ProcessSandbox:
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(stream.fileno(), False)
         self._stderr_open = True
-        self.facts = {"backend": self.backend, "uid": self.uid, "uid_switched": self.uid_switched, "notes": notes}
+        self.facts = {
+            "backend": self.backend, "uid": self.uid, "uid_switched": self.uid_switched, "notes": notes,
+            "filesystem_hidden": hidden,
+        }
         return self
 
     def start(
