@@ -19,7 +19,22 @@
     timer: null, finished: false, initial: null, lastIndex: -1, socket: null, retry: 500,
   };
 
-  const pretty = (v) => (v === null || v === undefined) ? "—" : (typeof v === "string" ? v : JSON.stringify(v, null, 2));
+  // Objects read as "key: value" lines; multi-line strings (page text, board renderings) as blocks.
+  function pretty(v) {
+    if (v === null || v === undefined) return "—";
+    if (typeof v === "string") return v;
+    if (typeof v !== "object" || Array.isArray(v)) return JSON.stringify(v, null, 2);
+    const lines = [];
+    for (const [key, value] of Object.entries(v)) {
+      if (typeof value === "string" && value.includes("\n")) {
+        lines.push(`${key}:`);
+        value.split("\n").forEach((line) => lines.push(`  ${line}`));
+      } else {
+        lines.push(`${key}: ${JSON.stringify(value, null, 2).replace(/\n/g, "\n  ")}`);
+      }
+    }
+    return lines.join("\n");
+  }
   const fmt = (x) => (x === null || x === undefined) ? "—" : (Math.round(x * 1000) / 1000).toString();
 
   function fetchWindow(start) {
