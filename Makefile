@@ -17,6 +17,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed
 	@bash scripts/check_services.sh
+	@bash scripts/sandbox_access.sh
 
 run: setup
 	$(BIN)/python manage.py migrate --noinput
