@@ -4,13 +4,14 @@
 # other users, whatever umask or parent folder the checkout came with. Changes nothing that is fine.
 set -u
 cd "$(dirname "$0")/.."
-d="$(pwd -P)"
-while [ "$d" != "/" ]; do
-  perms=$(stat -c %A "$d")
-  [ "${perms:9:1}" = "x" ] || [ "${perms:9:1}" = "t" ] || chmod o+x "$d" 2>/dev/null || echo "sandbox: cannot make $d traversable" >&2
-  d="$(dirname "$d")"
-done
 for p in runs/sandbox environments/sdk .venv/lib; do
-  [ -e "$p" ] && find "$p" \( ! -perm -o+r -o \( -type d ! -perm -o+x \) \) -exec chmod o+rX {} + 2>/dev/null
+  [ -e "$p" ] || continue
+  find "$p" \( ! -perm -o+r -o \( -type d ! -perm -o+x \) \) -exec chmod o+rX {} + 2>/dev/null
+  d="$(cd "$p" && pwd -P)"
+  while [ "$d" != "/" ]; do
+    d="$(dirname "$d")"
+    perms=$(stat -c %A "$d")
+    [ "${perms:9:1}" = "x" ] || [ "${perms:9:1}" = "t" ] || chmod o+x "$d" 2>/dev/null || echo "sandbox: cannot make $d traversable" >&2
+  done
 done
 exit 0
