@@ -98,7 +98,9 @@ def fault_rollouts(team, owner):
 
 
 def first_step(rollout, index=0):
-    return rollout.steps.get(index=index)
+    step = rollout.steps.filter(index=index).first()
+    assert step is not None, f"{rollout.task_id}: no step {index}; rollout {rollout.status}: {rollout.error}"
+    return step
 
 
 def test_browser_faults_become_step_errors_or_ended_rollouts_with_reasons(fault_rollouts):
