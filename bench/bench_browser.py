@@ -87,6 +87,27 @@ def bench_first_observation(starts):
     return cold, again
 
 
+def bench_pooled_first_observation(starts):
+    """What a worker sees with BROWSER_POOL_SIZE=1: the next sandbox already runs Chromium."""
+    from runs.sandbox import SandboxPool
+    from runs.sandbox.process import BROWSER_WARM_CONFIG
+
+    files, tasks, entrypoint = demo("web_form")
+    times = []
+    with SandboxPool(size=1, config=BROWSER_WARM_CONFIG) as pool:
+        for _ in range(starts):
+            time.sleep(2.5)  # the gap between two rollouts, in which the pool's Chromium starts
+            t0 = time.perf_counter()
+            env = pool.acquire()
+            try:
+                env.start(files, mode="env", entrypoint=entrypoint, limits=LIMITS.for_browser())
+                env.reset(tasks[0], 0)
+                times.append(time.perf_counter() - t0)
+            finally:
+                env.close()
+    return times
+
+
 def bench_steps(steps):
     times, rewards = [], []
     for name in ("web_form", "web_shop"):
@@ -145,6 +166,8 @@ def main():
     cold, again = bench_first_observation(args.starts)
     rows.append(("first observation, new sandbox + Chromium (web_form)", ms(statistics.median(cold)), ms(percentile(cold, 0.95)), len(cold)))
     rows.append(("first observation, warm browser, new context", ms(statistics.median(again)), ms(percentile(again, 0.95)), len(again)))
+    pooled = bench_pooled_first_observation(args.starts)
+    rows.append(("first observation, pooled sandbox (engine default)", ms(statistics.median(pooled)), ms(percentile(pooled, 0.95)), len(pooled)))
     step_times, rewards = bench_steps(args.steps)
     rows.append(("step incl. screenshot (web_form + web_shop agents)", ms(statistics.median(step_times)), ms(percentile(step_times, 0.95)), len(step_times)))
     print(f"{'measure':58} {'median':>11} {'p95':>11} {'n':>5}")

@@ -19,7 +19,8 @@ from .artifacts import ARTIFACT_KEY, artifacts_store_for_steps
 from .agents import AgentDone, AgentFailed, AgentStepError, policy_for
 from .models import Rollout, RolloutStatus, RunStatus, Step
 from .sandbox.backends import sandbox_for
-from .sandbox.process import BROWSER_CONFIG
+from .sandbox.pool import SandboxPool
+from .sandbox.process import BROWSER_CONFIG, BROWSER_WARM_CONFIG
 from .sandbox import ProcessSandbox, SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,29 @@ class CancelCheck:
         return row is None or row[0] == RolloutStatus.CANCELLED or row[1] == RunStatus.CANCELLED
 
 
+_browser_pool: SandboxPool | None = None
+
+
+def browser_sandbox() -> ProcessSandbox:
+    """A browser sandbox, from this process's pool of ones whose Chromium is already running
+    (settings.BROWSER_POOL_SIZE; 0 starts each cold)."""
+    global _browser_pool
+    size = int(getattr(settings, "BROWSER_POOL_SIZE", 0))
+    if size <= 0:
+        return ProcessSandbox(BROWSER_CONFIG)
+    if _browser_pool is None:
+        _browser_pool = SandboxPool(size=size, config=BROWSER_WARM_CONFIG)
+    return _browser_pool.acquire()
+
+
+def close_browser_pool() -> None:
+    """Stop the idle pooled browsers (tests that count Chromium processes call this)."""
+    global _browser_pool
+    if _browser_pool is not None:
+        _browser_pool.close()
+        _browser_pool = None
+
+
 def run_episode(rollout: Rollout) -> EpisodeOutcome:
     """Play one episode of `rollout` (claimed and running); return how it ended. Never raises for
     faults of user code or sandboxes; raises LostOwnership if another worker took the rollout over."""
@@ -241,7 +265,7 @@ def run_episode(rollout: Rollout) -> EpisodeOutcome:
     writer = StepWriter(rollout)
     cancel = CancelCheck(rollout)
     # Browser environments need Chromium, which only the process backend hosts.
-    env = ProcessSandbox(BROWSER_CONFIG) if manifest.get("kind") == "browser" else sandbox_for(settings.SANDBOX_BACKEND)
+    env = browser_sandbox() if manifest.get("kind") == "browser" else sandbox_for(settings.SANDBOX_BACKEND)
     policy = policy_for(agent, seed=rollout.seed)
     try:
         with Heartbeat(rollout):

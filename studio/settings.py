@@ -147,6 +147,8 @@ if SANDBOX_BACKEND not in ("process", "docker"):
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")
+# Browser sandboxes each worker process keeps ready with Chromium already started (0: start cold).
+BROWSER_POOL_SIZE = envint("BROWSER_POOL_SIZE", 1)
 
 LOGGING = {
     "version": 1,

@@ -175,6 +175,8 @@ BROWSER_CONFIG = SandboxConfig(
     loopback=True,
     preload=("studio_sdk", "studio_sdk.browser"),
 )
+# For a pool: the waiting runner also launches Chromium, so a rollout starts with a warm browser.
+BROWSER_WARM_CONFIG = dataclasses.replace(BROWSER_CONFIG, preload=("studio_sdk", "studio_sdk.browser:warm"))
 
 
 class StepResult(NamedTuple):

@@ -323,9 +323,14 @@ def _write(message):
 
 
 def _preload(names):
+    """Import modules while the pooled runner waits; "module:function" also calls a warm-up function
+    (e.g. studio_sdk.browser:warm starts Chromium ahead of the rollout)."""
     for name in names:
+        module_name, _, function = name.partition(":")
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(module_name)
+            if function:
+                getattr(module, function)()
         except Exception:
             pass
 

@@ -21,6 +21,9 @@ def browser_version(team, actor, slug, files):
 @pytest.fixture(autouse=True)
 def no_chromium_left_behind():
     yield
+    from runs.engine import close_browser_pool
+
+    close_browser_pool()  # the idle pooled browser is meant to outlive a rollout, not the test
     deadline = time.monotonic() + 5.0
     while sandbox_chromium_pids() and time.monotonic() < deadline:
         time.sleep(0.1)

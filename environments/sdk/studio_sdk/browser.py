@@ -414,6 +414,14 @@ class BrowserEnvironment(Environment):
             return
         if self._browser is not None:
             raise BrowserCrashed(self._crash or "Chromium is no longer running")
+        global _WARM
+        if _WARM is not None:
+            # A pooled sandbox started Chromium while it waited for this rollout.
+            self._playwright, self._browser, _WARM = _WARM[0], _WARM[1], None
+            if self._browser.is_connected():
+                self._browser.on("disconnected", lambda _browser: self._note_crash("Chromium exited (the browser process is gone)"))
+                return
+            self._browser = None
         from playwright.sync_api import sync_playwright
 
         self._playwright = sync_playwright().start()
@@ -638,6 +646,31 @@ class BrowserEnvironment(Environment):
                     page.evaluate(_HIGHLIGHT_JS, [ID_ATTRIBUTE, self._highlight, False])
                 except Exception:
                     pass
+
+
+_WARM = None
+WARM_DATA_LIMIT_MB = 1024
+
+
+def warm():
+    """Start Playwright and Chromium before any rollout (a pooled sandbox calls this while it waits).
+    The browser gets a data-segment cap now, since the rollout's own limits come only at load."""
+    global _WARM
+    if _WARM is not None:
+        return
+    import resource
+
+    from playwright.sync_api import sync_playwright
+
+    cap = WARM_DATA_LIMIT_MB * 1024 * 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard == resource.RLIM_INFINITY or hard > cap:
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(
+        executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS, timeout=30_000, handle_sigint=False, handle_sigterm=False
+    )
+    _WARM = (playwright, browser)
 
 
 def _box(locator):
