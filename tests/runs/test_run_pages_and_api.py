@@ -87,10 +87,21 @@ def test_other_teams_runs_rollouts_and_agents_are_404(outsider_api, outsider, fi
     assert outsider_api.get("/runs").json() == []
     assert outsider_api.post("/runs", {"version": "guess-number@1"}).status_code == 404
     c = login(outsider)
-    for url in [f"/t/alpha/runs/{finished_run.pk}/", f"/t/alpha/rollouts/{rid}/", f"/t/alpha/agents/{aid}/", "/t/alpha/runs/"]:
+    for url in [f"/t/alpha/runs/{finished_run.pk}/", f"/t/alpha/rollouts/{rid}/", f"/t/alpha/agents/{aid}/", "/t/alpha/runs/",
+                f"/t/alpha/rollouts/{rid}/steps.json", f"/t/alpha/rollouts/{rid}/timeline.json"]:
         assert c.get(url).status_code == 404, url
     assert c.post(f"/t/alpha/rollouts/{rid}/rerun/").status_code == 404
     assert Rollout.objects.filter(rerun_of_id=rid).count() == 0
+
+
+def test_replay_windows_and_timeline(owner, finished_run):
+    r = finished_run.rollouts.first()
+    c = login(owner)
+    timeline = c.get(f"/t/alpha/rollouts/{r.pk}/timeline.json").json()
+    assert timeline["indexes"] == list(range(r.step_count)) and timeline["rollout"]["status"] == "succeeded"
+    window = c.get(f"/t/alpha/rollouts/{r.pk}/steps.json", {"offset": 1, "limit": 2}).json()
+    assert [s["index"] for s in window["steps"]] == [1, 2]
+    assert c.get(f"/t/alpha/rollouts/{r.pk}/steps.json", {"offset": "x"}).status_code == 400
 
 
 def test_pages_show_runs_rollouts_and_steps(owner, finished_run):
