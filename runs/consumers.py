@@ -18,43 +18,18 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
 
 from studio.models import Membership
 
 from . import events, selectors
 from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run, Step
 
-STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms")
 CHUNK = 500
 SUMMARY_EVERY_S = 0.5
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
-
-
-def step_json(step: dict) -> dict:
-    """The API's StepOut shape, whatever else the publisher put in the dict (or a DB row's artifact path)."""
-    out = {field: step.get(field) for field in STEP_FIELDS}
-    artifact = step.get("artifact")
-    out["artifact_url"] = step.get("artifact_url") or (settings.MEDIA_URL + artifact if artifact else None)
-    return out
-
-
-def status_json(rollout: Rollout) -> dict:
-    return {
-        "type": "status",
-        "rollout_id": rollout.pk,
-        "run_id": rollout.run_id,
-        "status": rollout.status,
-        "step_count": rollout.step_count,
-        "total_reward": rollout.total_reward,
-        "verifier_reward": rollout.verifier_reward,
-        "verifier_reason": rollout.verifier_reason,
-        "error": rollout.error,
-        "end_reason": rollout.end_reason,
-    }
 
 
 def _visible(model, pk: int, user, api_token) -> bool:
@@ -71,7 +46,7 @@ def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
 
 
 def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
-    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*STEP_FIELDS, "artifact")[:limit]
+    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*events.STEP_FIELDS, "artifact")[:limit]
     return list(rows)
 
 
@@ -134,7 +109,7 @@ class RolloutConsumer(_TeamScopedConsumer):
             await self.send_stored_steps()
         rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
         await self.send_stored_steps(upto=rollout.step_count - 1)
-        await self.send_json(status_json(rollout))
+        await self.send_json({"type": "status", **events.rollout_status(rollout)})
 
     async def disconnect(self, code):
         if self.rollout_id is not None:
@@ -156,7 +131,7 @@ class RolloutConsumer(_TeamScopedConsumer):
                 return
 
     async def send_steps(self, steps: list[dict]) -> None:
-        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [step_json(s) for s in steps]})
+        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [events.step_json(s) for s in steps]})
         self.last_index = steps[-1]["index"]
 
     async def rollout_steps(self, event):
@@ -260,7 +235,7 @@ def _shared_text(kind: str, event: dict) -> str:
         steps = event["steps"]
         # Timings tell a retried attempt's steps from the first one's with the same indexes.
         key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
-        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [step_json(s) for s in steps]}  # noqa: E731
+        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [events.step_json(s) for s in steps]}  # noqa: E731
     else:
         key = ("status", *(repr(event.get(k)) for k in sorted(event)))
         message = lambda: {"type": "status", **{k: v for k, v in event.items() if k != "type"}}  # noqa: E731

@@ -13,6 +13,7 @@ import os
 import threading
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +36,35 @@ def publish_steps(rollout, steps: list[dict]) -> None:
     _send(rollout, {"type": "rollout.steps", "rollout_id": rollout.pk, "run_id": rollout.run_id, "steps": steps})
 
 
+# A step as every viewer gets it (websocket, replay windows, REST): the API's StepOut shape.
+STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms")
+
+
+def step_json(step: dict) -> dict:
+    """The viewer's shape of a published step dict or a DB row (whose `artifact` is a storage path)."""
+    out = {field: step.get(field) for field in STEP_FIELDS}
+    artifact = step.get("artifact")
+    out["artifact_url"] = step.get("artifact_url") or (settings.MEDIA_URL + artifact if artifact else None)
+    return out
+
+
+def rollout_status(rollout) -> dict:
+    """A rollout's live state, as status messages carry it."""
+    return {
+        "rollout_id": rollout.pk,
+        "run_id": rollout.run_id,
+        "status": rollout.status,
+        "step_count": rollout.step_count,
+        "total_reward": rollout.total_reward,
+        "verifier_reward": rollout.verifier_reward,
+        "verifier_reason": rollout.verifier_reason,
+        "error": rollout.error,
+        "end_reason": rollout.end_reason,
+    }
+
+
 def publish_rollout(rollout) -> None:
-    _send(
-        rollout,
-        {
-            "type": "rollout.status",
-            "rollout_id": rollout.pk,
-            "run_id": rollout.run_id,
-            "status": rollout.status,
-            "step_count": rollout.step_count,
-            "total_reward": rollout.total_reward,
-            "verifier_reward": rollout.verifier_reward,
-            "verifier_reason": rollout.verifier_reason,
-            "error": rollout.error,
-            "end_reason": rollout.end_reason,
-        },
-    )
+    _send(rollout, {"type": "rollout.status", **rollout_status(rollout)})
 
 
 async def _group_send_all(layer, groups, message):

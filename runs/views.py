@@ -1,5 +1,4 @@
 """Pages for agents, runs and rollouts."""
-from django.conf import settings
 from django.contrib import messages
 from django.http import JsonResponse
 from django.core.paginator import Paginator
@@ -14,7 +13,7 @@ from studio.access import team_view
 from .review import selectors as review_selectors
 from studio.errors import DomainError
 
-from . import selectors, services
+from . import events, selectors, services
 from .forms import AgentForm, RunForm
 from .models import FINISHED_ROLLOUT_STATUSES, Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 
@@ -132,19 +131,6 @@ def rollout_detail(request, rollout_id):
     return render(request, "runs/rollout.html", context)
 
 
-def step_json(step) -> dict:
-    """A step as the replay viewer, the API and the websocket stream all show it."""
-    return {
-        "index": step["index"], "action": step["action"], "observation": step["observation"],
-        "reward": step["reward"], "terminated": step["terminated"], "truncated": step["truncated"],
-        "info": step["info"], "elapsed_ms": step["elapsed_ms"],
-        "artifact_url": (settings.MEDIA_URL + step["artifact"]) if step.get("artifact") else None,
-    }
-
-
-STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms", "artifact")
-
-
 @team_view("read")
 def rollout_steps_json(request, rollout_id):
     """A window of steps for the replay viewer: ?offset=N&limit=M (at most 500)."""
@@ -154,8 +140,8 @@ def rollout_steps_json(request, rollout_id):
         limit = min(500, max(1, int(request.GET.get("limit", 200))))
     except ValueError:
         return JsonResponse({"detail": "offset and limit must be whole numbers", "field": "offset"}, status=400)
-    rows = rollout.steps.filter(index__gte=offset, index__lt=offset + limit).order_by("index").values(*STEP_FIELDS)
-    return JsonResponse({"offset": offset, "limit": limit, "steps": [step_json(r) for r in rows]})
+    rows = rollout.steps.filter(index__gte=offset, index__lt=offset + limit).order_by("index").values(*events.STEP_FIELDS, "artifact")
+    return JsonResponse({"offset": offset, "limit": limit, "steps": [events.step_json(r) for r in rows]})
 
 
 @team_view("read")
@@ -172,12 +158,10 @@ def rollout_timeline_json(request, rollout_id):
 
 
 def rollout_state(rollout) -> dict:
+    """The live status fields, plus what only the viewer's first load needs."""
     return {
-        "id": rollout.pk, "status": rollout.status, "step_count": rollout.step_count,
-        "total_reward": rollout.total_reward, "verifier_reward": rollout.verifier_reward,
-        "verifier_reason": rollout.verifier_reason, "verifier_error": rollout.verifier_error,
-        "error": rollout.error, "end_reason": rollout.end_reason, "finished": rollout.is_finished,
-        "initial_observation": rollout.initial_observation,
+        **events.rollout_status(rollout), "id": rollout.pk, "verifier_error": rollout.verifier_error,
+        "finished": rollout.is_finished, "initial_observation": rollout.initial_observation,
     }
 
 
