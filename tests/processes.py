@@ -89,9 +89,15 @@ def celery_worker(celery_queue, tmp_path):
 
 @pytest.fixture
 def asgi_server(tmp_path):
-    """The studio served by uvicorn (pages, API and websockets) on a free port; yields its base URL."""
+    """The studio served by uvicorn (pages, API and websockets) on a free port; yields its base URL.
+    It enqueues rollouts where this test process does (a test's `celery_queue`, when it asks first)."""
+    from studio.celery import app
+
     port = free_port()
-    env = os.environ | {"DATABASE_URL": database_url(), "DEBUG": "true", "LOG_LEVEL": "WARNING"}
+    env = os.environ | {
+        "DATABASE_URL": database_url(), "DEBUG": "true", "LOG_LEVEL": "WARNING",
+        "CELERY_QUEUE": app.conf.task_default_queue,
+    }
     proc = subprocess.Popen(
         [str(BIN / "uvicorn"), "studio.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "asgi.log", "wb"), start_new_session=True,

@@ -11,11 +11,7 @@ from runs.models import Rollout, RolloutStatus
 from studio import services as studio_services
 from studio_client import StudioClient, StudioEnv, StudioError
 from tests.agents.conftest import SECRET, reply, tool_call
-from tests.processes import BIN, REPO, asgi_server, celery_queue, celery_worker, database_url, free_port, kill_group, wait_for  # noqa: F401
-
-import os
-import socket
-import subprocess
+from tests.processes import asgi_server, celery_queue, celery_worker  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,27 +24,11 @@ def client(asgi_server, owner, team):  # noqa: F811
 
 
 @pytest.fixture
-def queued_client(celery_queue, owner, team, tmp_path):  # noqa: F811
+def queued_client(celery_queue, asgi_server, owner, team):  # noqa: F811 - celery_queue first: the server enqueues there
     """A client of an ASGI server that enqueues rollouts on this test's Celery queue."""
-    port = free_port()
-    env = os.environ | {"DATABASE_URL": database_url(), "CELERY_QUEUE": celery_queue, "LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen(
-        [str(BIN / "uvicorn"), "studio.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "asgi.log", "wb"), start_new_session=True,
-    )
-
-    def up():
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            return False
-
-    wait_for(up, 30, "the ASGI server to listen")
     _, raw = studio_services.token_create(team=team, actor=owner, name="batch")
-    with StudioClient(f"http://127.0.0.1:{port}", raw) as studio:
+    with StudioClient(asgi_server, raw) as studio:
         yield studio
-    kill_group(proc)
 
 
 def test_a_gymnasium_style_loop_drives_episodes_each_recorded_live(client, inventory):
