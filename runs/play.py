@@ -187,8 +187,8 @@ def play_finish(*, play: Play) -> Rollout:
 
 
 def _close_locked(play: Play, *, outcome: EpisodeOutcome | None = None) -> None:
-    with _registry_lock:
-        _plays.pop(play.id, None)
+    # Actions waiting on the lock see the sandbox gone and are refused; the entry leaves the registry only
+    # once the rollout is finished, so whoever no longer finds it also finds the rollout's final state.
     sandbox, play.sandbox = play.sandbox, None
     try:
         if play.writer.pending:
@@ -208,7 +208,11 @@ def _close_locked(play: Play, *, outcome: EpisodeOutcome | None = None) -> None:
         outcome.error = f"internal error while finishing the play: {exc!r}"
     finally:
         sandbox.close()
-    run_services._rollout_finish(play.rollout, outcome)
+    try:
+        run_services._rollout_finish(play.rollout, outcome)
+    finally:
+        with _registry_lock:
+            _plays.pop(play.id, None)
 
 
 def _base_outcome(rollout: Rollout, limits: dict) -> EpisodeOutcome:

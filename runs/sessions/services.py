@@ -199,8 +199,8 @@ def session_close(*, session: Session) -> Rollout:
 
 
 def _close_locked(session: Session, *, outcome: EpisodeOutcome | None = None) -> None:
-    with _registry_lock:
-        _sessions.pop(session.id, None)
+    # Steps waiting on the lock see the sandbox gone and are refused; the entry leaves the registry only
+    # once the rollout is finished, so whoever no longer finds it also finds the rollout's final state.
     sandbox, session.sandbox = session.sandbox, None
     try:
         if session.writer.pending:
@@ -219,7 +219,11 @@ def _close_locked(session: Session, *, outcome: EpisodeOutcome | None = None) ->
         outcome.error = f"internal error while closing the session: {exc!r}"
     finally:
         sandbox.close()
-    _finish(session.rollout, outcome)
+    try:
+        _finish(session.rollout, outcome)
+    finally:
+        with _registry_lock:
+            _sessions.pop(session.id, None)
 
 
 def _base_outcome(rollout: Rollout, limits: dict, sandbox) -> EpisodeOutcome:
