@@ -16,6 +16,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	touch $@
 
 setup: $(VENV)/.installed
+	@bash scripts/system_packages.sh
 	@bash scripts/check_services.sh
 	@bash scripts/sandbox_access.sh
 
@@ -25,6 +26,7 @@ run: setup
 	@bash scripts/run_studio.sh $(HOST) $(PORT)
 
 test: setup
+	@bash scripts/start_docker.sh || true
 	$(BIN)/python -m pytest
 
 test-fast: setup

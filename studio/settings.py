@@ -104,7 +104,7 @@ REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": envstr("CHANNEL_LAYER_PREFIX", "asgi")},
     }
 }
 
