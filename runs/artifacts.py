@@ -40,3 +40,8 @@ def artifacts_store_for_steps(rollout_id: int, steps: list[dict]) -> None:
         if name:
             step["artifact"] = name
             step["artifact_url"] = default_storage.url(name)
+
+
+def artifact_url(name: str | None) -> str | None:
+    """Where viewers fetch a stored artifact (None for none)."""
+    return default_storage.url(name) if name else None

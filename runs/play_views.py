@@ -71,14 +71,13 @@ def play_act(request, play_id):
     if not isinstance(action, dict):
         return JsonResponse({"error": "an action is a JSON object"}, status=400)
     try:
-        play = play_service.play_get(team=request.team, play_id=play_id)
-        step = play_service.play_act(play=play, action=action)
+        step = play_service.play_act(team=request.team, play_id=play_id, action=action)
     except DomainError as exc:
         return JsonResponse({"error": str(exc)}, status=getattr(exc, "status", 400))
     return JsonResponse({
         "index": step["index"], "observation": step["observation"], "info": step["info"],
         "reward": step["reward"], "terminated": step["terminated"], "truncated": step["truncated"],
-        "artifact_url": step.get("artifact_url"), "done": play.done,
+        "artifact_url": step.get("artifact_url"), "done": step["done"],
     })
 
 
@@ -86,10 +85,9 @@ def play_act(request, play_id):
 @require_POST
 def play_finish(request, play_id):
     try:
-        play = play_service.play_get(team=request.team, play_id=play_id)
+        rollout = play_service.play_finish(team=request.team, play_id=play_id)
     except DomainError as exc:
         messages.error(request, str(exc))
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
-    rollout = play_service.play_finish(play=play)
     messages.info(request, f"Play finished: {rollout.status} (verifier: {rollout.verifier_reason or rollout.error})")
     return redirect(reverse("runs:rollout", kwargs={"team": request.team.slug, "rollout_id": rollout.pk}))

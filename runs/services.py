@@ -16,14 +16,11 @@ from studio.errors import DomainError
 
 from . import events
 from .agents import code_hash
-from .engine import RUN_LIMIT_KEYS, LostOwnership, run_episode
+from .episodes.setup import RUN_LIMIT_KEYS
 from .models import (
     FINISHED_ROLLOUT_STATUSES,
     Agent,
     AgentKind,
-    LabelDecision,
-    LabelSource,
-    RewardLabel,
     Rollout,
     RolloutStatus,
     Run,
@@ -339,17 +336,18 @@ def _rollout_claim(rollout_id: int) -> _Claim:
         rollout.error = rollout.verifier_error = rollout.verifier_reason = rollout.end_reason = ""
         rollout.verifier_reward = None
         rollout.save()
-    _after_commit_status_change(rollout)
+    rollout_status_changed(rollout)
     return _Claim(rollout)
 
 
 def _finish_unstarted(rollout: Rollout, status: str, error: str, end_reason: str) -> None:
     rollout.status, rollout.error, rollout.end_reason, rollout.finished_at = status, error, end_reason, timezone.now()
     rollout.save(update_fields=["status", "error", "end_reason", "finished_at"])
-    _after_commit_status_change(rollout)
+    rollout_status_changed(rollout)
 
 
-def _after_commit_status_change(rollout: Rollout) -> None:
+def rollout_status_changed(rollout: Rollout) -> None:
+    """After the transaction commits: publish the rollout's new status and update its run's."""
     def after():
         events.publish_rollout(rollout)
         _run_update_status(rollout.run_id)
@@ -372,47 +370,18 @@ def rollout_execute(*, rollout_id: int) -> str:
             execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
         return claim.skip
     rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(pk=claim.rollout.pk)
+    from .engine import run_episode
+    from .episodes import LostOwnership, rollout_end
+
     try:
-        outcome = run_episode(rollout)
+        return run_episode(rollout)
     except LostOwnership as exc:
         logger.warning("%s", exc)
         return "lost ownership"
     except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave the rollout running
         logger.exception("rollout %s failed in the worker", rollout.pk)
-        _rollout_finish_with(rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason="error")
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason="error")
         return RolloutStatus.ERRORED
-    _rollout_finish(rollout, outcome)
-    return outcome.status
-
-
-def _rollout_finish(rollout: Rollout, outcome) -> None:
-    with transaction.atomic():
-        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
-            status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
-            total_reward=outcome.total_reward, step_count=outcome.step_count,
-            verifier_reward=outcome.verifier_reward, verifier_reason=outcome.verifier_reason,
-            verifier_error=outcome.verifier_error, reproduction=outcome.reproduction,
-            finished_at=timezone.now(), heartbeat_at=timezone.now(),
-        )
-        if not updated:
-            return
-        if outcome.proposed_value is not None:
-            RewardLabel.objects.create(
-                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER,
-                value=outcome.proposed_value, decision=LabelDecision.PROPOSED, rationale=outcome.proposed_rationale,
-            )
-        rollout.refresh_from_db()
-        _after_commit_status_change(rollout)
-
-
-def _rollout_finish_with(rollout: Rollout, *, status: str, error: str, end_reason: str) -> None:
-    with transaction.atomic():
-        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
-            status=status, error=error, end_reason=end_reason, finished_at=timezone.now()
-        )
-        if updated:
-            rollout.refresh_from_db()
-            _after_commit_status_change(rollout)
 
 
 def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, str]]:

@@ -33,6 +33,19 @@ def envint(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
 
 
+def envfloat(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
+    return number
+
+
 DEBUG = envbool("DEBUG", True)
 SECRET_KEY = envstr("SECRET_KEY", "dev-only-insecure-key-change-me-in-production-0123456789")
 if not DEBUG and SECRET_KEY.startswith("dev-only"):
@@ -149,6 +162,14 @@ ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")
 # Browser sandboxes each worker process keeps ready with Chromium already started (0: start cold).
 BROWSER_POOL_SIZE = envint("BROWSER_POOL_SIZE", 1)
+
+# Episode hosts hold interactive episodes (play, remote sessions); web processes reach them through Redis.
+EPISODE_HOST_REDIS_URL = envstr("EPISODE_HOST_REDIS_URL", REDIS_URL)
+EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", "studio")
+EPISODES_MAX_OPEN_PER_TEAM = envint("EPISODES_MAX_OPEN_PER_TEAM", 256)
+EPISODE_STEP_WAIT_S = envint("EPISODE_STEP_WAIT_S", 300)
+SESSION_IDLE_TIMEOUT_S = envfloat("SESSION_IDLE_TIMEOUT_S", 300)
+PLAY_IDLE_TIMEOUT_S = envfloat("PLAY_IDLE_TIMEOUT_S", 900)
 
 LOGGING = {
     "version": 1,

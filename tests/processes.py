@@ -77,7 +77,8 @@ def forget_queue(name: str) -> None:
 @pytest.fixture
 def celery_worker(celery_queue, tmp_path):
     """A running Celery worker on the test's queue and database; killed at the end."""
-    env = os.environ | {"DATABASE_URL": database_url(), "CELERY_QUEUE": celery_queue, "LOG_LEVEL": "WARNING"}
+    env = os.environ | {"DATABASE_URL": database_url(), "CELERY_QUEUE": celery_queue, "LOG_LEVEL": "WARNING",
+                        "EPISODE_HOST_PREFIX": settings.EPISODE_HOST_PREFIX}
     proc = subprocess.Popen(
         [str(BIN / "celery"), "-A", "studio", "worker", "-Q", celery_queue, "-c", "2", "--without-gossip",
          "--without-mingle", "--without-heartbeat", "-l", "warning", "-n", f"{celery_queue}@%h"],
@@ -96,7 +97,7 @@ def asgi_server(tmp_path):
     port = free_port()
     env = os.environ | {
         "DATABASE_URL": database_url(), "DEBUG": "true", "LOG_LEVEL": "WARNING",
-        "CELERY_QUEUE": app.conf.task_default_queue,
+        "CELERY_QUEUE": app.conf.task_default_queue, "EPISODE_HOST_PREFIX": settings.EPISODE_HOST_PREFIX,
     }
     proc = subprocess.Popen(
         [str(BIN / "uvicorn"), "studio.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
@@ -113,3 +114,60 @@ def asgi_server(tmp_path):
     wait_for(up, 30, "the ASGI server to listen")
     yield f"http://127.0.0.1:{port}"
     kill_group(proc)
+
+
+@pytest.fixture(scope="session")
+def episode_host_prefix():
+    """Redis names of this test session's episode hosts, apart from any studio running on this machine."""
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    previous = settings.EPISODE_HOST_PREFIX
+    settings.EPISODE_HOST_PREFIX = prefix
+    yield prefix
+    settings.EPISODE_HOST_PREFIX = previous
+
+
+def start_episode_host(log_path: Path, *, prefix: str, db_url: str, env: dict | None = None) -> subprocess.Popen:
+    """An episode host process (`manage.py episode_host`) on the test database; waits until it serves."""
+    full_env = os.environ | {"DATABASE_URL": db_url, "EPISODE_HOST_PREFIX": prefix, "LOG_LEVEL": "WARNING",
+                           "BROWSER_POOL_SIZE": "0"} | (env or {})  # no idle Chromium outliving a test
+    proc = subprocess.Popen(
+        [str(BIN / "python"), "manage.py", "episode_host"], cwd=REPO, env=full_env,
+        stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), start_new_session=True,
+    )
+    client = redis.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
+
+    def serving():
+        if proc.poll() is not None:
+            raise AssertionError(f"the episode host exited: {log_path.read_text()[-2000:]}")
+        return any(int(pid) == proc.pid for pid in (client.get(key) for key in client.keys(f"{prefix}:eh:alive:*")) if pid)
+
+    wait_for(serving, 30, "the episode host to serve")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def episode_host(django_db_setup, django_db_blocker, episode_host_prefix, tmp_path_factory):
+    """One episode host for the test session (interactive tests need `transaction=True` data)."""
+    with django_db_blocker.unblock():
+        db_url = database_url()
+    proc = start_episode_host(tmp_path_factory.mktemp("host") / "host.log", prefix=episode_host_prefix, db_url=db_url)
+    yield proc
+    kill_group(proc)
+
+
+@pytest.fixture
+def own_episode_host(tmp_path, settings):
+    """own_episode_host(**env) -> a host of this test alone (its own Redis names), e.g. with short timeouts."""
+    started = []
+
+    def start(**env):
+        prefix = f"test-own-{uuid.uuid4().hex[:8]}"
+        settings.EPISODE_HOST_PREFIX = prefix
+        proc = start_episode_host(tmp_path / f"host-{len(started)}.log", prefix=prefix, db_url=database_url(),
+                                  env={key: str(value) for key, value in env.items()})
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        kill_group(proc)

@@ -576,7 +576,11 @@ class ProcessSandbox:
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:
+        """Judge the final state. A given `timeout` is the verifier's own budget: the episode clock,
+        which may have run out while the agent acted, does not cut it short."""
         self._require("env", "verify")
+        if timeout is not None:
+            self._episode_deadline = None
         result = self._call("verify", timeout if timeout is not None else self.limits.step_timeout_s)
         return result["reward"], result["reason"]
 

@@ -1,4 +1,4 @@
-"""REST endpoints of remote sessions: start, step, close (team-scoped, `run` permission)."""
+"""REST endpoints of remote sessions: start, step (one or a batch), close (team-scoped, `run` permission)."""
 import hashlib
 import threading
 import time
@@ -10,7 +10,7 @@ from environments.selectors import version_by_label
 from studio.api import TokenAuth, require
 
 from . import services
-from .schemas import ActionIn, SessionClosedOut, SessionIn, SessionOut, SessionStepOut
+from .schemas import ActionIn, BatchStepIn, BatchStepOut, SessionClosedOut, SessionIn, SessionOut, SessionStepOut
 
 router = Router(tags=["sessions"])
 
@@ -48,29 +48,36 @@ step_auth = CachedTokenAuth()
 
 @router.post("/sessions", response={201: SessionOut})
 def start_session(request, payload: SessionIn):
-    """Start the environment version in a sandbox for one task and seed; returns the first observation
-    and the tools. The session is recorded as a rollout of the team's `remote` agent."""
+    """Start the environment version in a sandbox (held by an episode host) for one task and seed;
+    returns the first observation and the tools. Recorded as a rollout of the team's `remote` agent."""
     require(request, "run")
     version = version_by_label(team=request.team, label=payload.version)
-    session, first = services.session_start(
+    opened = services.session_start(
         team=request.team, actor=request.user, version=version, task_id=payload.task_id, seed=payload.seed
     )
-    return Status(201, {"session_id": session.id, "rollout_id": session.rollout.pk, "run_id": session.rollout.run_id, **first})
+    return Status(201, opened)
+
+
+@router.post("/sessions/step", response=BatchStepOut, auth=step_auth)
+def step_sessions(request, payload: BatchStepIn):
+    """Many sessions stepped in one request (vectorised training loops). Results come in the order of
+    `steps`; each is a step (`ok: true`) or the error of that session alone (`ok: false`)."""
+    require(request, "run")
+    items = [(item.session_id, item.action) for item in payload.steps]
+    return {"results": services.session_steps(team=request.team, items=items)}
 
 
 @router.post("/sessions/{session_id}/step", response=SessionStepOut, auth=step_auth)
 def step_session(request, session_id: str, payload: ActionIn):
     """One step: observation, reward, terminated, truncated, info (Gymnasium's five values)."""
     require(request, "run")
-    session = services.session_get(team=request.team, session_id=session_id)
-    return services.session_step(session=session, action=payload.action)
+    return services.session_step(team=request.team, session_id=session_id, action=payload.action)
 
 
 @router.post("/sessions/{session_id}/close", response=SessionClosedOut)
 def close_session(request, session_id: str):
     """Verify the final state and finish the rollout; the sandbox ends."""
     require(request, "run")
-    session = services.session_get(team=request.team, session_id=session_id)
-    rollout = services.session_close(session=session)
+    rollout = services.session_close(team=request.team, session_id=session_id)
     fields = ("status", "end_reason", "step_count", "total_reward", "verifier_reward", "verifier_reason", "error")
     return {"rollout_id": rollout.pk, **{name: getattr(rollout, name) for name in fields}}

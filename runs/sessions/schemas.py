@@ -31,6 +31,32 @@ class SessionStepOut(Schema):
     info: dict
 
 
+class BatchStepItem(Schema):
+    session_id: str = Field(..., min_length=1, max_length=100)
+    action: Any = None
+
+
+class BatchStepIn(Schema):
+    steps: list[BatchStepItem] = Field(..., min_length=1, max_length=1024)
+
+
+class BatchStepResult(Schema):
+    ok: bool
+    index: int | None = None
+    observation: Any = None
+    reward: float | None = None
+    terminated: bool | None = None
+    truncated: bool | None = None
+    info: dict | None = None
+    episode_id: str | None = None
+    status: int | None = None
+    error: str | None = None
+
+
+class BatchStepOut(Schema):
+    results: list[BatchStepResult]
+
+
 class SessionClosedOut(Schema):
     rollout_id: int
     status: str

@@ -1,11 +1,12 @@
 """Remote sessions through the API (Django's test client): start, step, close, idle reaping, scoping."""
 import pytest
 
-from runs.models import LabelSource, Rollout, RolloutStatus, RunStatus
-from runs.sessions import services as sessions
-from tests.agents.conftest import SECRET
+import time
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from runs.models import LabelSource, Rollout, RolloutStatus, RunStatus
+from tests.processes import episode_host, episode_host_prefix, own_episode_host, wait_for  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("episode_host")]
 
 
 def start(api, version="inventory-tools@1", task_id="q1", seed=0):
@@ -49,30 +50,27 @@ def test_closing_early_verifies_what_was_done(owner_api, inventory):
     assert closed["end_reason"] == "closed"
 
 
-def test_an_idle_session_is_closed_and_its_sandbox_ends(owner_api, inventory, monkeypatch):
-    monkeypatch.setenv("SESSION_IDLE_TIMEOUT_S", "0.4")
+def test_an_idle_session_is_closed_and_its_sandbox_ends(owner_api, inventory, own_episode_host):
+    own_episode_host(SESSION_IDLE_TIMEOUT_S=0.4)
     opened = start(owner_api)
-    session = sessions._sessions[opened["session_id"]]
-    sandbox = session.sandbox
-    owner_api.post(f"/sessions/{opened['session_id']}/step", {"action": {"tool": "list_items", "arguments": {"category": "tools"}}})
-    deadline = __import__("time").monotonic() + 5
-    while opened["session_id"] in sessions._sessions and __import__("time").monotonic() < deadline:
-        __import__("time").sleep(0.05)
-    assert opened["session_id"] not in sessions._sessions
-    assert not sandbox.alive
-    rollout = Rollout.objects.get(pk=opened["rollout_id"])
+    sid = opened["session_id"]
+    owner_api.post(f"/sessions/{sid}/step", {"action": {"tool": "list_items", "arguments": {"category": "tools"}}})
+    rollout = wait_for(
+        lambda: Rollout.objects.filter(pk=opened["rollout_id"]).exclude(status=RolloutStatus.RUNNING).first(), 10,
+        "the idle session to be closed",
+    )
     assert rollout.status == RolloutStatus.TIMED_OUT and rollout.end_reason == "idle_timeout"
     assert "idle" in rollout.error and rollout.step_count == 1
-    assert owner_api.post(f"/sessions/{opened['session_id']}/step", {"action": 1}).status_code == 404
+    assert owner_api.post(f"/sessions/{sid}/step", {"action": 1}).status_code == 404
 
 
 def test_paused_clients_steps_are_flushed_by_the_reaper(owner_api, inventory):
     opened = start(owner_api)
     sid = opened["session_id"]
     owner_api.post(f"/sessions/{sid}/step", {"action": {"tool": "list_items", "arguments": {"category": "tools"}}})
-    deadline = __import__("time").monotonic() + 3
-    while not Rollout.objects.get(pk=opened["rollout_id"]).steps.exists() and __import__("time").monotonic() < deadline:
-        __import__("time").sleep(0.05)
+    deadline = time.monotonic() + 3
+    while not Rollout.objects.get(pk=opened["rollout_id"]).steps.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert Rollout.objects.get(pk=opened["rollout_id"]).step_count == 1
     owner_api.post(f"/sessions/{sid}/close")
 

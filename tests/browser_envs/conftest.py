@@ -21,7 +21,7 @@ def browser_version(team, actor, slug, files):
 @pytest.fixture(autouse=True)
 def no_chromium_left_behind():
     yield
-    from runs.engine import close_browser_pool
+    from runs.episodes import close_browser_pool
 
     close_browser_pool()  # the idle pooled browser is meant to outlive a rollout, not the test
     deadline = time.monotonic() + 5.0

@@ -1,0 +1,351 @@
+"""An episode host: a process that holds interactive episodes (human play, remote sessions, protocol
+endpoints) and answers requests for them from any web process, through Redis (routing.py).
+
+Starts run on a pool of their own, with at most START_CONCURRENCY_PER_TEAM at once per team, so a
+team's slow `reset()` never delays another team's starts, and never any team's steps. Steps of one
+episode are served one at a time (the episode's lock), steps of different episodes in parallel.
+A reaper flushes buffered steps, keeps heartbeats and routes fresh, closes idle episodes, and ends
+interactive rollouts whose host died (their heartbeat went stale).
+"""
+import collections
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import redis
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from ..models import AgentKind, Rollout, RolloutStatus
+from . import routing
+from .service import (
+    Episode,
+    EpisodeFault,
+    EpisodeOver,
+    episode_fail,
+    episode_finish,
+    episode_flush,
+    episode_start,
+    episode_step,
+    rollout_end,
+)
+from .setup import episode_setup
+
+logger = logging.getLogger(__name__)
+
+INTERACTIVE_AGENT_KINDS = (AgentKind.REMOTE, AgentKind.HUMAN)
+START_CONCURRENCY_PER_TEAM = 4
+REAP_EVERY_S = 0.2
+BEAT_EVERY_S = 1.0
+SWEEP_EVERY_S = 5.0
+
+
+def idle_timeout_s(driver: str) -> float:
+    """An episode nobody stepped for this long is closed (its rollout ends timed_out)."""
+    return float(settings.PLAY_IDLE_TIMEOUT_S if driver == "play" else settings.SESSION_IDLE_TIMEOUT_S)
+
+
+def step_json(step: dict, *, done: bool) -> dict:
+    """A step as the host answers it (the API's step shape, plus the screenshot URL and `done`)."""
+    return {
+        "index": step["index"], "observation": step["observation"], "reward": step["reward"],
+        "terminated": step["terminated"], "truncated": step["truncated"], "info": step["info"],
+        "artifact_url": step.get("artifact_url"), "done": done,
+    }
+
+
+class HeldEpisode:
+    def __init__(self, *, episode_id: str, team_id: int, driver: str, episode: Episode):
+        self.id, self.team_id, self.driver, self.episode = episode_id, team_id, driver, episode
+        self.last_used = time.monotonic()
+
+
+class EpisodeHost:
+    def __init__(self, *, host_id: str | None = None, threads: int = 64, start_threads: int = 16):
+        self.id = host_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.redis = routing.client()
+        self.held: dict[str, HeldEpisode] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.step_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episode-step")
+        self.start_pool = ThreadPoolExecutor(max_workers=start_threads, thread_name_prefix="episode-start")
+        # Sandboxes die with the thread that forked them (PR_SET_PDEATHSIG): fork them all from this one.
+        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-spawn")
+        self.team_starts: dict[int, int] = collections.Counter()
+        self.team_pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        self._announce()
+        threads = [threading.Thread(target=self._reap_forever, name="episode-reaper", daemon=True)]
+        for thread in threads:
+            thread.start()
+        logger.info("episode host %s serving", self.id)
+        queues = [routing.host_queue(self.id), routing.start_queue()]
+        while not self.stopping.is_set():
+            try:
+                found = self.redis.blpop(queues, timeout=1)
+            except redis.RedisError:
+                logger.warning("episode host %s: Redis unreachable; retrying", self.id, exc_info=True)
+                self.stopping.wait(0.5)
+                continue
+            if found is None:
+                continue
+            try:
+                message = json.loads(found[1])
+            except ValueError:
+                logger.warning("episode host %s: dropped a request that is not JSON", self.id)
+                continue
+            self._dispatch(message)
+        self.shutdown()
+
+    def _dispatch(self, message: dict) -> None:
+        op = message.get("op")
+        if op == "start":
+            team_id = int(message.get("team") or 0)
+            with self.lock:
+                if self.team_starts[team_id] >= START_CONCURRENCY_PER_TEAM:
+                    self.team_pending[team_id].append(message)
+                    return
+                self.team_starts[team_id] += 1
+            self.start_pool.submit(self._start_then_next, team_id, message)
+        else:
+            self.step_pool.submit(self._answer, message)
+
+    def _start_then_next(self, team_id: int, message: dict) -> None:
+        while message is not None:
+            self._answer(message)
+            with self.lock:
+                pending = self.team_pending.get(team_id)
+                message = pending.popleft() if pending else None
+                if message is None:
+                    self.team_starts[team_id] -= 1
+
+    def _answer(self, message: dict) -> None:
+        request_id = message.get("reply")
+        try:
+            close_old_connections()
+            result = self._handle(message)
+            reply = {"ok": True, "result": result}
+        except routing.HostError as exc:
+            reply = {"ok": False, "error": str(exc), "status": exc.status, "field": exc.field}
+        except Exception as exc:  # noqa: BLE001 - a bug must answer the caller, not leave it waiting
+            logger.exception("episode host %s: %s failed", self.id, message.get("op"))
+            reply = {"ok": False, "error": f"internal error in the episode host: {exc!r}", "status": 500}
+        if request_id:
+            try:
+                routing.send_reply(self.redis, request_id, reply)
+            except redis.RedisError:
+                logger.warning("episode host %s: could not reply to %s", self.id, request_id, exc_info=True)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def _handle(self, message: dict) -> dict:
+        op = message.get("op")
+        if op == "start":
+            return self.start(message)
+        if op == "steps":
+            return {"results": [self._step_one(item) for item in message.get("items") or []]}
+        held = self._held(message)
+        if op == "step":
+            return self.step(held, message.get("action"))
+        if op == "observe":
+            return self.observe(held)
+        if op == "close":
+            return self.close(held)
+        raise routing.HostError(f"unknown operation {op!r}")
+
+    def _held(self, message: dict) -> HeldEpisode:
+        held = self.held.get(str(message.get("episode")))
+        if held is None or held.team_id != message.get("team"):
+            raise routing.HostError("No open episode with this id (closed, timed out, or never opened).", 404)
+        return held
+
+    def start(self, message: dict) -> dict:
+        rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(
+            pk=message["rollout"]
+        )
+        driver = message.get("driver") or "session"
+        setup = episode_setup(rollout=rollout, driver=driver)
+        try:
+            episode = episode_start(setup=setup, spawn=lambda sandbox: self.spawner.submit(sandbox.spawn).result())
+        except EpisodeFault as fault:
+            raise routing.HostError(f"The environment did not start: {fault.reason}", 409) from None
+        episode_id = message["episode"]
+        held = HeldEpisode(episode_id=episode_id, team_id=rollout.team_id, driver=driver, episode=episode)
+        with self.lock:
+            self.held[episode_id] = held
+        Rollout.objects.filter(pk=rollout.pk).update(worker=f"episode-host:{self.id}")
+        routing.route_set(self.redis, episode_id=episode_id, host_id=self.id, team_id=rollout.team_id, rollout_id=rollout.pk)
+        return {"episode_id": episode_id, "host": self.id, **self._state(held)}
+
+    def step(self, held: HeldEpisode, action) -> dict:
+        episode = held.episode
+        with episode.lock:
+            held.last_used = time.monotonic()
+            if episode.finished:
+                raise routing.HostError("This episode is finished.", 404)
+            try:
+                step = episode_step(episode=episode, action=action)
+            except EpisodeOver as exc:
+                raise routing.HostError(f"{exc} Close it, or open a new one.", 409) from None
+            except EpisodeFault as fault:
+                self._forget(held)
+                raise routing.HostError(f"The environment failed: {fault.reason}", 409) from None
+            if held.driver == "play" or episode.writer.due():
+                episode_flush(episode=episode)  # a person's pace: the screenshot gets its URL now
+            if step.get("artifact_url"):
+                episode.artifact_url = step["artifact_url"]
+            return step_json(step, done=episode.done)
+
+    def _step_one(self, item: dict) -> dict:
+        try:
+            held = self._held(item)
+            return {"ok": True, **self.step(held, item.get("action"))}
+        except routing.HostError as exc:
+            return {"ok": False, "episode_id": item.get("episode"), "error": str(exc), "status": exc.status}
+
+    def observe(self, held: HeldEpisode) -> dict:
+        with held.episode.lock:
+            return self._state(held)
+
+    def _state(self, held: HeldEpisode) -> dict:
+        episode = held.episode
+        return {
+            "rollout_id": episode.rollout.pk, "run_id": episode.rollout.run_id, "observation": episode.observation,
+            "tools": episode.tools, "action_space": episode.action_space, "artifact_url": episode.artifact_url,
+            "done": episode.done, "end_reason": episode.end_reason, "step_count": episode.writer.step_count,
+        }
+
+    def close(self, held: HeldEpisode, *, timed_out_reason: str = "") -> dict:
+        episode = held.episode
+        with episode.lock:
+            try:
+                rollout = episode_finish(episode=episode, end_reason="closed", timed_out_reason=timed_out_reason)
+            finally:
+                self._forget(held)
+        return {"rollout_id": rollout.pk}
+
+    def _forget(self, held: HeldEpisode) -> None:
+        with self.lock:
+            self.held.pop(held.id, None)
+        try:
+            self.redis.delete(routing.route_key(held.id))
+        except redis.RedisError:
+            pass
+
+    # -- the reaper -----------------------------------------------------------------------------
+
+    def _announce(self) -> None:
+        self.redis.set(routing.host_alive_key(self.id), str(os.getpid()), px=int(routing.HOST_TTL_S * 1000))
+
+    def _reap_forever(self) -> None:
+        last_beat = last_sweep = 0.0
+        while not self.stopping.wait(REAP_EVERY_S):
+            now = time.monotonic()
+            try:
+                close_old_connections()
+                self.reap_once(now=now)
+                if now - last_beat >= BEAT_EVERY_S:
+                    self.beat()
+                    last_beat = now
+                if now - last_sweep >= SWEEP_EVERY_S:
+                    end_orphaned_episodes()
+                    last_sweep = now
+            except Exception:  # noqa: BLE001 - the reaper must outlive a database or Redis hiccup
+                logger.exception("episode host %s: reaper round failed", self.id)
+        connection.close()
+
+    def reap_once(self, *, now: float) -> None:
+        for held in list(self.held.values()):
+            episode = held.episode
+            if not episode.lock.acquire(blocking=False):
+                continue  # a step is in progress: it is not idle
+            try:
+                if episode.finished:
+                    continue
+                idle_s = idle_timeout_s(held.driver)
+                if now - held.last_used > idle_s:
+                    what = "play" if held.driver == "play" else "session"
+                    reason = f"the {what} was idle for more than {idle_s:g} s"
+                    try:
+                        episode_finish(episode=episode, end_reason="idle_timeout", timed_out_reason=reason)
+                    finally:
+                        self._forget(held)
+                    continue
+                if episode.writer.pending and (episode.done or episode.writer.due()):
+                    episode_flush(episode=episode)
+            finally:
+                episode.lock.release()
+
+    def beat(self) -> None:
+        """Renew this host's presence, the routes of its episodes and their rollouts' heartbeats."""
+        self._announce()
+        held = list(self.held.values())
+        if not held:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for item in held:
+            pipe.set(
+                routing.route_key(item.id), f"{self.id}|{item.team_id}|{item.episode.rollout.pk}", ex=routing.ROUTE_TTL_S
+            )
+        pipe.execute()
+        Rollout.objects.filter(pk__in=[item.episode.rollout.pk for item in held], status=RolloutStatus.RUNNING).update(
+            heartbeat_at=timezone.now()
+        )
+
+    def shutdown(self) -> None:
+        """End every held episode (errored: their sandboxes go with this host) and stop."""
+        self.stopping.set()
+        for held in list(self.held.values()):
+            episode = held.episode
+            try:
+                with episode.lock:
+                    episode_fail(episode=episode, fault=EpisodeFault(
+                        RolloutStatus.ERRORED, f"the episode host {self.id} shut down while this episode was open", "error"
+                    ))
+            except Exception:  # noqa: BLE001 - end as many as possible
+                logger.exception("episode host %s: could not end episode %s", self.id, held.id)
+            self._forget(held)
+        try:
+            self.redis.delete(routing.host_alive_key(self.id))
+        except redis.RedisError:
+            pass
+        self.step_pool.shutdown(wait=False, cancel_futures=True)
+        self.start_pool.shutdown(wait=False, cancel_futures=True)
+
+    def install_signal_handlers(self) -> None:
+        def stop(signum, frame):
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+
+def end_orphaned_episodes(*, stale_s: float | None = None) -> list[int]:
+    """Running interactive rollouts whose host stopped beating: end them errored with the reason.
+    Safe from any process (hosts run it, and so do workers' recovery rounds)."""
+    from .. import services as run_services
+
+    stale_s = run_services.stale_after_s() if stale_s is None else stale_s
+    cutoff = timezone.now() - timedelta(seconds=stale_s)
+    ended = []
+    for rollout in Rollout.objects.filter(
+        status=RolloutStatus.RUNNING, run__agent__kind__in=INTERACTIVE_AGENT_KINDS, heartbeat_at__lt=cutoff
+    ).select_related("run"):
+        holder = rollout.worker.removeprefix("episode-host:")
+        if holder != rollout.worker and routing.host_is_alive(holder):
+            continue
+        if rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, end_reason="error",
+                       error=f"the episode host holding this episode ({holder or 'unknown'}) stopped before it was closed"):
+            ended.append(rollout.pk)
+    return ended

@@ -1,0 +1,179 @@
+"""Interactive episodes as web processes see them: open, step (one or many), observe, close.
+
+The web process only records the rollout and forwards to an episode host through Redis, so it
+holds no state: any web process serves any episode. Human play and remote sessions (and protocol
+endpoints) are thin front ends of these functions.
+"""
+import secrets
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from studio.errors import DomainError
+from studio.models import Team
+
+from .. import events
+from .. import services as run_services
+from ..models import Rollout, RolloutStatus, Run, RunStatus
+from . import routing
+from .host import INTERACTIVE_AGENT_KINDS
+from .service import rollout_end
+from .setup import task_of
+
+MAX_BATCH = 1024
+
+
+class InvalidEpisode(DomainError):
+    pass
+
+
+class EpisodeNotFound(DomainError):
+    status = 404
+
+
+class EpisodeEnded(DomainError):
+    """Stepping an episode that is over (or that failed): close it, or open a new one."""
+
+    status = 409
+
+
+class TooManyEpisodes(DomainError):
+    status = 429
+
+
+class EpisodeHostUnavailable(DomainError):
+    status = 503
+
+
+def _domain_error(exc: routing.HostError) -> DomainError:
+    cls = {404: EpisodeNotFound, 409: EpisodeEnded, 429: TooManyEpisodes, 503: EpisodeHostUnavailable}.get(exc.status)
+    if cls is None:
+        error = InvalidEpisode(str(exc), field=exc.field)
+        error.status = exc.status
+        return error
+    return cls(str(exc), field=exc.field)
+
+
+def max_open_per_team() -> int:
+    return int(settings.EPISODES_MAX_OPEN_PER_TEAM)
+
+
+def start_timeout_s(limits: dict) -> float:
+    return float(limits.get("step_timeout_s") or 10) + float(limits.get("load_timeout_s") or 30) + 30
+
+
+def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, agent_name: str, agent_kind: str) -> dict:
+    """Record a running rollout of the team's `agent_name` agent and have an episode host start it.
+    Returns {episode_id, rollout_id, run_id, observation, tools, action_space, artifact_url, ...}."""
+    if version.environment.team_id != team.pk:
+        raise InvalidEpisode("That environment version belongs to another team.", field="version")
+    task = task_of(version, task_id)
+    if task is None:
+        raise InvalidEpisode(f"Task {task_id!r} is not in {version.label}.", field="task_id")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise InvalidEpisode(f"The seed must be a whole number from 0 to 2^63-1, not {seed!r}.", field="seed")
+    agent = run_services.agent_get_or_create(team=team, actor=actor, name=agent_name, kind=agent_kind)
+    episode_id = secrets.token_urlsafe(16)
+    now = timezone.now()
+    with transaction.atomic():
+        Team.objects.select_for_update().filter(pk=team.pk).first()  # one open-count check at a time per team
+        open_now = Rollout.objects.filter(
+            team=team, status=RolloutStatus.RUNNING, run__agent__kind__in=INTERACTIVE_AGENT_KINDS
+        ).count()
+        if open_now >= max_open_per_team():
+            raise TooManyEpisodes(
+                f"Your team has {open_now} open episodes, the most it may hold at once"
+                f" (EPISODES_MAX_OPEN_PER_TEAM={max_open_per_team()}); close some first."
+            )
+        run = Run.objects.create(
+            team=team, environment_version=version, agent=agent, task_ids=[str(task["id"])], seeds=[seed],
+            limits={}, status=RunStatus.RUNNING, created_by=actor,
+        )
+        rollout = Rollout.objects.create(
+            team=team, run=run, task_id=str(task["id"]), seed=seed, status=RolloutStatus.RUNNING, attempts=1,
+            worker=f"episode-host:pending-{episode_id[:8]}", started_at=now, heartbeat_at=now,
+        )
+        transaction.on_commit(lambda: events.publish_rollout(rollout))
+    message = {"op": "start", "episode": episode_id, "team": team.pk, "rollout": rollout.pk, "driver": driver}
+    try:
+        result = routing.call(message=message, host_id=None, timeout_s=start_timeout_s(version.manifest.get("limits") or {}))
+    except routing.HostUnavailable as exc:
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        raise EpisodeHostUnavailable(str(exc)) from None
+    except routing.HostError as exc:
+        raise _domain_error(exc) from None
+    return {"episode_id": episode_id, "rollout_id": rollout.pk, "run_id": rollout.run_id, **result}
+
+
+def _route(*, team, episode_id: str) -> tuple[str, int]:
+    route = routing.route_of(str(episode_id))
+    if route is None or route[1] != team.pk:
+        raise EpisodeNotFound("No open episode with this id (closed, timed out, or never opened).")
+    return route[0], route[2]
+
+
+def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
+    host_id, rollout_id = _route(team=team, episode_id=episode_id)
+    try:
+        return routing.call(message={**message, "episode": episode_id, "team": team.pk}, host_id=host_id, timeout_s=timeout_s)
+    except routing.HostUnavailable as exc:
+        routing.route_forget(episode_id)
+        rollout = Rollout.objects.filter(pk=rollout_id).first()
+        if rollout is not None:
+            rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        raise EpisodeHostUnavailable(str(exc)) from None
+    except routing.HostError as exc:
+        if exc.status == 404:
+            routing.route_forget(episode_id)
+        raise _domain_error(exc) from None
+
+
+def episode_step_remote(*, team, episode_id: str, action) -> dict:
+    """One step of an open episode, stored and published like a worker's."""
+    return _call(team=team, episode_id=episode_id, message={"op": "step", "action": action}, timeout_s=_step_timeout_s())
+
+
+def episode_steps_remote(*, team, items: list[tuple[str, object]]) -> list[dict]:
+    """Many episodes stepped in one request (a vectorised training loop): items are (episode id,
+    action); results come back in the same order, each {"ok": true, step...} or {"ok": false, error}."""
+    if len(items) > MAX_BATCH:
+        raise InvalidEpisode(f"A batch holds at most {MAX_BATCH} steps, not {len(items)}.", field="steps")
+    by_host: dict[str, list[int]] = {}
+    results: list[dict | None] = [None] * len(items)
+    for position, (episode_id, _) in enumerate(items):
+        route = routing.route_of(str(episode_id))
+        if route is None or route[1] != team.pk:
+            results[position] = {"ok": False, "episode_id": episode_id, "status": 404,
+                                 "error": "No open episode with this id (closed, timed out, or never opened)."}
+            continue
+        by_host.setdefault(route[0], []).append(position)
+    for host_id, positions in by_host.items():
+        message = {"op": "steps", "items": [{"episode": items[p][0], "team": team.pk, "action": items[p][1]} for p in positions]}
+        try:
+            answered = routing.call(message=message, host_id=host_id, timeout_s=_step_timeout_s())["results"]
+        except routing.HostUnavailable as exc:
+            answered = [{"ok": False, "episode_id": items[p][0], "status": 503, "error": str(exc)} for p in positions]
+        for position, result in zip(positions, answered):
+            results[position] = result
+    return results
+
+
+def episode_observe(*, team, episode_id: str) -> dict:
+    """Where an open episode stands: its rollout, last observation, screenshot URL, whether it is over."""
+    return _call(team=team, episode_id=episode_id, message={"op": "observe"}, timeout_s=10)
+
+
+def episode_close(*, team, episode_id: str) -> Rollout:
+    """Verify the final state, store the verifier's first label, end the rollout and its sandbox."""
+    result = _call(team=team, episode_id=episode_id, message={"op": "close"}, timeout_s=_close_timeout_s())
+    routing.route_forget(episode_id)
+    return Rollout.objects.get(pk=result["rollout_id"])
+
+
+def _step_timeout_s() -> float:
+    return float(settings.EPISODE_STEP_WAIT_S)
+
+
+def _close_timeout_s() -> float:
+    return float(settings.EPISODE_STEP_WAIT_S) + 60

@@ -1,0 +1,149 @@
+"""How web processes reach the episode hosts that hold interactive episodes: Redis lists.
+
+A request is a JSON object pushed onto a host's list (or onto the shared start list, which any idle
+host takes); the reply comes back on a list of its own that the caller blocks on. Which host holds
+an episode is a Redis hash, so any web process reaches any episode. A host announces itself with a
+key that expires within HOST_TTL_S unless renewed: a caller waiting on a host that stopped renewing
+gets an error naming the lost host instead of a hang.
+"""
+import json
+import threading
+import time
+import uuid
+
+import redis
+from django.conf import settings
+
+HOST_TTL_S = 3.0
+ROUTE_TTL_S = 30
+REPLY_TTL_S = 60
+
+
+def prefix() -> str:
+    return f"{settings.EPISODE_HOST_PREFIX}:eh"
+
+
+def start_queue() -> str:
+    return f"{prefix()}:start"
+
+
+def host_queue(host_id: str) -> str:
+    return f"{prefix()}:host:{host_id}"
+
+
+def host_alive_key(host_id: str) -> str:
+    return f"{prefix()}:alive:{host_id}"
+
+
+def route_key(episode_id: str) -> str:
+    return f"{prefix()}:ep:{episode_id}"
+
+
+def reply_key(request_id: str) -> str:
+    return f"{prefix()}:reply:{request_id}"
+
+
+_clients: dict[str, redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+def client() -> redis.Redis:
+    """This process's Redis client (a connection pool shared by its threads)."""
+    url = settings.EPISODE_HOST_REDIS_URL
+    found = _clients.get(url)
+    if found is None:
+        with _clients_lock:
+            found = _clients.get(url) or redis.Redis.from_url(url, health_check_interval=30)
+            _clients[url] = found
+    return found
+
+
+class HostUnavailable(Exception):
+    """No episode host answered, or the one holding the episode stopped; the text says which."""
+
+
+class HostError(Exception):
+    """The host refused or failed the request: `status` is the HTTP status the edge should answer."""
+
+    def __init__(self, message: str, status: int = 400, field: str | None = None):
+        super().__init__(message)
+        self.status, self.field = status, field
+
+
+def live_hosts() -> list[str]:
+    keys = client().keys(host_alive_key("*"))
+    return [key.decode().rsplit(":alive:", 1)[1] for key in keys]
+
+
+def host_is_alive(host_id: str) -> bool:
+    return bool(client().exists(host_alive_key(host_id)))
+
+
+def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
+    """Send `message` to `host_id` (None: to whichever host takes the next start) and wait for its
+    reply. Raises HostUnavailable when the host is gone (or none runs), HostError for refusals."""
+    r = client()
+    request_id = uuid.uuid4().hex
+    message = {**message, "reply": request_id}
+    if host_id is None and not live_hosts():
+        raise HostUnavailable("No episode host is running (start one with `manage.py episode_host`).")
+    queue = host_queue(host_id) if host_id else start_queue()
+    r.rpush(queue, json.dumps(message, separators=(",", ":"), allow_nan=False))
+    deadline = time.monotonic() + timeout_s
+    key = reply_key(request_id)
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
+        found = r.blpop([key], timeout=min(1.0, max(remaining, 0.01)))
+        if found is not None:
+            return _unwrap(json.loads(found[1]))
+        if host_id is not None and not host_is_alive(host_id):
+            raise HostUnavailable(f"The episode host holding this episode ({host_id}) stopped.")
+        if host_id is None and not live_hosts():
+            raise HostUnavailable("No episode host is running any more (the one taking this request stopped).")
+
+
+def _unwrap(reply: dict) -> dict:
+    if reply.get("ok"):
+        return reply.get("result") or {}
+    raise HostError(reply.get("error") or "the episode host failed", reply.get("status") or 400, reply.get("field"))
+
+
+def send_reply(r: redis.Redis, request_id: str, payload: dict) -> None:
+    key = reply_key(request_id)
+    pipe = r.pipeline(transaction=False)
+    pipe.rpush(key, json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str))
+    pipe.expire(key, REPLY_TTL_S)
+    pipe.execute()
+
+
+# -- routes ---------------------------------------------------------------------------------------
+
+_route_cache: dict[str, tuple[str, int, int]] = {}
+_ROUTE_CACHE_MAX = 50_000
+
+
+def route_set(r: redis.Redis, *, episode_id: str, host_id: str, team_id: int, rollout_id: int) -> None:
+    r.set(route_key(episode_id), f"{host_id}|{team_id}|{rollout_id}", ex=ROUTE_TTL_S)
+
+
+def route_of(episode_id: str) -> tuple[str, int, int] | None:
+    """(host id, team id, rollout id) of an open episode; cached per process, since an episode never
+    moves between hosts (a forgotten one is dropped from the cache by `route_forget`)."""
+    found = _route_cache.get(episode_id)
+    if found is not None:
+        return found
+    raw = client().get(route_key(episode_id))
+    if raw is None:
+        return None
+    host_id, team_id, rollout_id = raw.decode().rsplit("|", 2)
+    found = (host_id, int(team_id), int(rollout_id))
+    if len(_route_cache) > _ROUTE_CACHE_MAX:
+        _route_cache.clear()
+    _route_cache[episode_id] = found
+    return found
+
+
+def route_forget(episode_id: str) -> None:
+    _route_cache.pop(episode_id, None)

@@ -1,0 +1,371 @@
+"""The life of one episode, the same for every driver: start -> step ... -> finish (or fail).
+
+Worker rollouts (runs/engine.py), human play and remote sessions (held by episode hosts,
+runs/episodes/hosts.py) all drive an episode through these functions, so browser environments,
+screenshots, limits, the verifier's own budget and the final state are the same by construction.
+Every function that ends an episode closes its sandbox and writes the rollout's final state (and
+the verifier's first label) itself; a driver only decides when.
+"""
+import dataclasses
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .. import services as run_services
+from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url
+from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus
+from ..sandbox import SandboxError, SandboxTimeout, UserCodeError
+from ..sandbox.backends import sandbox_for
+from .setup import EpisodeSetup
+from .writer import LostOwnership, StepWriter
+
+logger = logging.getLogger(__name__)
+
+# Sandbox facts that describe the episode's conditions (not this host's pids and uids).
+PUBLIC_SANDBOX_FACTS = ("backend", "python", "numpy", "gymnasium", "network_isolated", "limits", "pooled", "mode",
+                        "entrypoint", "notes", "shared", "capacity")
+
+
+class EpisodeFault(Exception):
+    """The episode cannot go on; `status` is errored, timed_out or cancelled and `reason` is readable.
+    When a service raises it, the rollout's final state is already written."""
+
+    def __init__(self, status: str, reason: str, end_reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.end_reason = end_reason
+
+
+class EpisodeOver(Exception):
+    """A step was asked of an episode that already ended (terminated, truncated or max_steps)."""
+
+
+def describe_fault(label: str, exc: SandboxError) -> str:
+    """'env.py step() raised ValueError: boom (env.py line 12)'; crashes and timeouts say it already."""
+    if isinstance(exc, UserCodeError):
+        op = f"{exc.op}()" if exc.op else "call"
+        if exc.kind == "exception":
+            return f"{label} {op} raised {exc.message}"
+        return f"{label} {op}: {exc.message}"
+    return str(exc)
+
+
+def fault_of(label: str, exc: SandboxError) -> EpisodeFault:
+    if isinstance(exc, SandboxTimeout):
+        return EpisodeFault(RolloutStatus.TIMED_OUT, describe_fault(label, exc), "timeout")
+    return EpisodeFault(RolloutStatus.ERRORED, describe_fault(label, exc), "error")
+
+
+def public_facts(facts: dict) -> dict:
+    return {key: facts[key] for key in PUBLIC_SANDBOX_FACTS if key in facts}
+
+
+@dataclasses.dataclass
+class EpisodeOutcome:
+    """How an episode ended, as its rollout row stores it."""
+
+    status: str
+    end_reason: str
+    error: str = ""
+    total_reward: float = 0.0
+    step_count: int = 0
+    verifier_reward: float | None = None
+    verifier_reason: str = ""
+    verifier_error: str = ""
+    # What the first label proposes: the verifier's reward, or the total reward when there is no verifier.
+    proposed_value: float | None = None
+    proposed_rationale: str = ""
+    reproduction: dict = dataclasses.field(default_factory=dict)
+
+
+class Episode:
+    """One started episode: its sandbox, its step writer and where it stands. Not thread-safe by
+    itself: a driver that serves it from several threads holds `lock` around each call."""
+
+    def __init__(self, setup: EpisodeSetup, sandbox):
+        self.setup = setup
+        self.rollout = setup.rollout
+        self.sandbox = sandbox
+        self.writer = StepWriter(setup.rollout)
+        self.observation = None
+        self.info: dict = {}
+        self.done = False
+        self.end_reason = ""
+        self.finished = False
+        self.artifact_url: str | None = None
+        self.lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        return getattr(self.sandbox, "label", "env.py")
+
+    @property
+    def tools(self) -> list:
+        return self.sandbox.tools or []
+
+    @property
+    def action_space(self):
+        return self.sandbox.action_space
+
+
+# -- sandboxes by kind ----------------------------------------------------------------------------
+
+_browser_pool = None
+_browser_pool_lock = threading.Lock()
+
+
+def browser_sandbox():
+    """A browser sandbox, from this process's pool of ones whose Chromium is already running
+    (settings.BROWSER_POOL_SIZE; 0 starts each cold)."""
+    from ..sandbox import ProcessSandbox
+    from ..sandbox.pool import SandboxPool
+    from ..sandbox.process import BROWSER_CONFIG, BROWSER_WARM_CONFIG
+
+    global _browser_pool
+    size = int(getattr(settings, "BROWSER_POOL_SIZE", 0))
+    if size <= 0:
+        return ProcessSandbox(BROWSER_CONFIG)
+    with _browser_pool_lock:
+        if _browser_pool is None:
+            _browser_pool = SandboxPool(size=size, config=BROWSER_WARM_CONFIG)
+        return _browser_pool.acquire()
+
+
+def close_browser_pool() -> None:
+    """Stop the idle pooled browsers (tests that count Chromium processes call this)."""
+    global _browser_pool
+    with _browser_pool_lock:
+        if _browser_pool is not None:
+            _browser_pool.close()
+            _browser_pool = None
+
+
+def episode_sandbox(setup: EpisodeSetup):
+    """The sandbox an episode of this set-up runs in: browser environments need Chromium, which only
+    the process backend hosts; others use the configured backend."""
+    if setup.kind == "browser":
+        return browser_sandbox()
+    return sandbox_for(settings.SANDBOX_BACKEND)
+
+
+# -- start, step ----------------------------------------------------------------------------------
+
+
+def episode_start(*, setup: EpisodeSetup, sandbox=None, spawn=None) -> Episode:
+    """Start the episode's sandbox and reset it; the first observation (and a browser's first
+    screenshot) is stored. `spawn(sandbox)` forks the sandbox where the driver needs it forked
+    (a long-lived thread). On failure the rollout is ended with the reason and EpisodeFault raised."""
+    rollout = setup.rollout
+    if setup.task is None:
+        fault = EpisodeFault(RolloutStatus.ERRORED, f"task {rollout.task_id!r} is not in {setup.version.label}", "error")
+        _write_final(rollout, _outcome(setup, fault.status, fault.end_reason, error=fault.reason))
+        raise fault
+    sandbox = sandbox if sandbox is not None else episode_sandbox(setup)
+    episode = Episode(setup, sandbox)
+    label = "env.py"
+    try:
+        if spawn is not None and getattr(sandbox, "pid", True) is None:
+            spawn(sandbox)
+        limits = setup.sandbox_limits.for_browser() if setup.kind == "browser" else setup.sandbox_limits
+        sandbox.start(setup.version.files, mode="env", entrypoint=setup.entrypoint, limits=limits)
+        label = sandbox.label
+        observation = sandbox.reset(setup.task, setup.seed)
+    except SandboxError as exc:
+        raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
+    episode.observation = observation
+    Rollout.objects.filter(pk=rollout.pk).update(initial_observation=observation)
+    artifact = getattr(sandbox, "last_artifact", None)
+    if artifact:
+        episode.artifact_url = artifact_url(artifact_store(rollout_id=rollout.pk, index=0, artifact=artifact, stem="reset"))
+    return episode
+
+
+def episode_step(*, episode: Episode, action, agent_record: dict | None = None) -> dict:
+    """One environment step, added to the episode's writer (flushed when due). The version's
+    max_steps truncates the episode at its last allowed step. A sandbox fault ends the episode
+    (rollout written) and raises EpisodeFault; a step after the end raises EpisodeOver."""
+    if episode.finished:
+        raise EpisodeOver("This episode is finished.")
+    if episode.done:
+        raise EpisodeOver(f"The episode is over ({episode.end_reason}).")
+    sandbox, writer = episode.sandbox, episode.writer
+    started = time.perf_counter()
+    try:
+        observation, reward, terminated, truncated, info = sandbox.step(action)
+    except SandboxError as exc:
+        raise episode_fail(episode=episode, fault=fault_of(episode.label, exc)) from None
+    index = writer.step_count
+    info = info if info is not None else {}
+    if agent_record:
+        info = {**info, "agent": agent_record} if isinstance(info, dict) else {"env_info": info, "agent": agent_record}
+    terminated, truncated = bool(terminated), bool(truncated)
+    if terminated or truncated:
+        episode.done, episode.end_reason = True, "terminated" if terminated else "truncated"
+    elif index + 1 >= episode.setup.max_steps:
+        truncated = True  # the studio's own step limit cut the episode: its last step says so
+        episode.done, episode.end_reason = True, "max_steps"
+    step = {
+        "index": index,
+        "action": action,
+        "observation": observation,
+        "reward": reward if reward is not None else 0.0,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": info,
+        "elapsed_ms": (time.perf_counter() - started) * 1000.0,
+    }
+    artifact = getattr(sandbox, "last_artifact", None)
+    if artifact:
+        step[ARTIFACT_KEY] = artifact
+    writer.add(step)
+    episode.observation, episode.info = observation, info
+    return step
+
+
+def episode_reject_action(*, episode: Episode, action, reason: str, agent_record: dict | None = None) -> dict:
+    """A malformed action is a step of its own: recorded with the reason, the environment never sees it."""
+    info = {"agent_error": reason, **({"agent": agent_record} if agent_record else {})}
+    step = {"index": episode.writer.step_count, "action": action, "observation": episode.observation, "reward": 0.0,
+            "terminated": False, "truncated": False, "info": info, "elapsed_ms": 0.0}
+    episode.writer.add(step)
+    episode.info = info
+    return step
+
+
+def episode_flush(*, episode: Episode) -> None:
+    """Write the episode's buffered steps now (a person's pace: each step's screenshot gets its URL)."""
+    episode.writer.flush()
+
+
+# -- finish, fail ---------------------------------------------------------------------------------
+
+
+def episode_finish(*, episode: Episode, end_reason: str = "", timed_out_reason: str = "") -> Rollout:
+    """Verify the final state with the verifier's own budget, store the first label and end the
+    rollout. `timed_out_reason` ends it timed_out (an idle session) after verifying what was done."""
+    if episode.finished:
+        return Rollout.objects.get(pk=episode.rollout.pk)
+    setup = episode.setup
+    end_reason = episode.end_reason or end_reason or "finished"
+    try:
+        episode.writer.flush()
+        outcome = _outcome(setup, RolloutStatus.ERRORED, end_reason)
+        _verify(episode, outcome)
+        if timed_out_reason:
+            outcome.status, outcome.error = RolloutStatus.TIMED_OUT, timed_out_reason
+    except LostOwnership:
+        _close_sandbox(episode)
+        raise
+    except Exception as exc:  # noqa: BLE001 - the rollout must end whatever went wrong while finishing
+        logger.exception("finishing episode of rollout %s failed", episode.rollout.pk)
+        outcome = _outcome(setup, RolloutStatus.ERRORED, "error", error=f"internal error while finishing the episode: {exc!r}")
+    return _end(episode, outcome)
+
+
+def episode_fail(*, episode: Episode, fault: EpisodeFault) -> EpisodeFault:
+    """End the episode with the fault's status and reason: steps taken so far are kept, the sandbox
+    closed, the rollout written. Returns the fault, so a driver can `raise episode_fail(...)`."""
+    if not episode.finished:
+        try:
+            if episode.writer.pending:
+                episode.writer.flush()
+        except LostOwnership:
+            _close_sandbox(episode)
+            raise
+        except Exception:  # noqa: BLE001 - a dead database must not keep the sandbox or the rollout open
+            logger.exception("flushing the last steps of rollout %s failed", episode.rollout.pk)
+        _end(episode, _outcome(episode.setup, fault.status, fault.end_reason, error=fault.reason))
+    return fault
+
+
+def _end(episode: Episode, outcome: EpisodeOutcome) -> Rollout:
+    episode.finished = True
+    outcome.step_count, outcome.total_reward = episode.writer.step_count, episode.writer.total_reward
+    outcome.reproduction["sandbox"] = public_facts(getattr(episode.sandbox, "facts", {}) or {})
+    _close_sandbox(episode)
+    return _write_final(episode.rollout, outcome)
+
+
+def _close_sandbox(episode: Episode) -> None:
+    try:
+        episode.sandbox.close()
+    except Exception:  # noqa: BLE001 - a sandbox that will not close must not keep the rollout open
+        logger.exception("closing the sandbox of rollout %s failed", episode.rollout.pk)
+
+
+def _outcome(setup: EpisodeSetup, status: str, end_reason: str, *, error: str = "") -> EpisodeOutcome:
+    return EpisodeOutcome(status=status, end_reason=end_reason, error=error, reproduction=dict(setup.reproduction))
+
+
+def _verify(episode: Episode, outcome: EpisodeOutcome) -> None:
+    setup, sandbox, writer = episode.setup, episode.sandbox, episode.writer
+    try:
+        # The verifier has its own budget: the episode clock must not cut it short.
+        reward, reason = sandbox.verify(timeout=setup.verify_timeout_s)
+    except SandboxError as exc:
+        if isinstance(exc, SandboxTimeout):
+            text = f"{episode.label} verify() did not answer within verify_timeout_s={setup.verify_timeout_s:g} s"
+        else:
+            text = describe_fault(episode.label, exc)
+        outcome.verifier_error = text
+        outcome.status = RolloutStatus.ERRORED
+        outcome.error = f"verifier failed: {text}"
+        return
+    if reward is None:
+        outcome.verifier_reason = reason
+        outcome.status = RolloutStatus.SUCCEEDED if writer.total_reward > 0 else RolloutStatus.FAILED
+        outcome.proposed_value = writer.total_reward
+        outcome.proposed_rationale = f"{reason}: proposed from the episode's total reward"
+        return
+    outcome.verifier_reward, outcome.verifier_reason = reward, reason
+    outcome.status = RolloutStatus.SUCCEEDED if reward > 0 else RolloutStatus.FAILED
+    outcome.proposed_value = reward
+    outcome.proposed_rationale = reason
+
+
+def _write_final(rollout: Rollout, outcome: EpisodeOutcome) -> Rollout:
+    rollout_finish(rollout=rollout, outcome=outcome)
+    return Rollout.objects.get(pk=rollout.pk)
+
+
+# -- the rollout's final state --------------------------------------------------------------------
+
+
+def rollout_finish(*, rollout: Rollout, outcome: EpisodeOutcome) -> bool:
+    """Write how the episode ended and the verifier's first label, fenced by the attempt: a rollout
+    that is no longer this attempt's (or no longer running) is left alone. True when written."""
+    with transaction.atomic():
+        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
+            status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
+            total_reward=outcome.total_reward, step_count=outcome.step_count,
+            verifier_reward=outcome.verifier_reward, verifier_reason=outcome.verifier_reason,
+            verifier_error=outcome.verifier_error, reproduction=outcome.reproduction,
+            finished_at=timezone.now(), heartbeat_at=timezone.now(),
+        )
+        if not updated:
+            return False
+        if outcome.proposed_value is not None:
+            RewardLabel.objects.create(
+                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER,
+                value=outcome.proposed_value, decision=LabelDecision.PROPOSED, rationale=outcome.proposed_rationale,
+            )
+        rollout.refresh_from_db()
+        run_services.rollout_status_changed(rollout)
+    return True
+
+
+def rollout_end(*, rollout: Rollout, status: str, error: str, end_reason: str) -> bool:
+    """End a running rollout without an episode outcome (its driver died, a worker bug)."""
+    with transaction.atomic():
+        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
+            status=status, error=error[:10000], end_reason=end_reason, finished_at=timezone.now()
+        )
+        if updated:
+            rollout.refresh_from_db()
+            run_services.rollout_status_changed(rollout)
+    return bool(updated)

@@ -1,0 +1,94 @@
+"""What an episode is before it starts: its task, the agent's view of it, effective limits, the
+sandbox kind and the facts needed to reproduce it. One definition for every driver."""
+import dataclasses
+
+from ..models import Rollout
+from ..sandbox import SandboxLimits
+
+# Run limits a run may set on top of the version's [limits] table.
+RUN_LIMIT_KEYS = ("step_timeout_s", "episode_timeout_s", "verify_timeout_s", "memory_mb", "max_steps")
+DEFAULT_VERIFY_TIMEOUT_S = 30.0
+DEFAULT_MAX_STEPS = 200
+
+
+class TaskMissing(Exception):
+    pass
+
+
+def effective_limits(version, run_limits: dict | None) -> dict:
+    """The version's [limits] with the run's overrides on top, plus max_steps."""
+    limits = dict(version.manifest.get("limits") or {})
+    limits["max_steps"] = version.manifest.get("max_steps", DEFAULT_MAX_STEPS)
+    for key, value in (run_limits or {}).items():
+        if key in RUN_LIMIT_KEYS and value is not None:
+            limits[key] = value
+    return limits
+
+
+def agent_view_of(task: dict, hidden_fields) -> dict:
+    """The task as the agent may see it: the version's hidden fields (e.g. the answer) removed."""
+    hidden = set(hidden_fields or ())
+    return {key: value for key, value in task.items() if key not in hidden}
+
+
+def task_of(version, task_id) -> dict | None:
+    return next((t for t in version.tasks if str(t.get("id")) == str(task_id)), None)
+
+
+@dataclasses.dataclass
+class EpisodeSetup:
+    rollout: Rollout
+    version: object
+    task: dict | None
+    agent_task: dict
+    seed: int
+    limits: dict
+    sandbox_limits: SandboxLimits
+    max_steps: int
+    verify_timeout_s: float
+    kind: str  # the environment's kind: "python" or "browser" (the sandbox follows it)
+    concurrent_sessions: int
+    reproduction: dict
+
+    @property
+    def entrypoint(self) -> str:
+        return self.version.manifest["entrypoint"]
+
+
+def episode_setup(*, rollout: Rollout, driver: str) -> EpisodeSetup:
+    """Everything an episode of `rollout` needs before its sandbox starts. `driver` names who drives it
+    ("worker", "session", "play"); its task may be missing (then `task` is None and starting fails)."""
+    run = rollout.run
+    version = run.environment_version
+    agent = run.agent
+    manifest = version.manifest
+    limits = effective_limits(version, run.limits)
+    task = task_of(version, rollout.task_id)
+    reproduction = {
+        "environment": version.environment.slug,
+        "version": version.label,
+        "content_hash": version.content_hash,
+        "task_id": rollout.task_id,
+        "seed": rollout.seed,
+        "repeat": rollout.repeat,
+        "agent": {"name": agent.name, "kind": agent.kind, "code_hash": agent.code_hash, "config": agent.config},
+        "limits": limits,
+        "entrypoint": manifest.get("entrypoint"),
+        "driver": driver,
+    }
+    if driver in ("session", "play"):
+        reproduction[driver] = True
+    return EpisodeSetup(
+        rollout=rollout,
+        version=version,
+        task=task,
+        agent_task=agent_view_of(task or {}, manifest.get("hidden_task_fields")),
+        seed=rollout.seed,
+        limits=limits,
+        sandbox_limits=SandboxLimits.from_dict(limits),
+        max_steps=int(limits["max_steps"]),
+        verify_timeout_s=float(limits.get("verify_timeout_s") or DEFAULT_VERIFY_TIMEOUT_S),
+        kind=manifest.get("kind") or "python",
+        concurrent_sessions=int(manifest.get("concurrent_sessions") or 1),
+        reproduction=reproduction,
+    )

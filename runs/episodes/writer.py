@@ -1,0 +1,121 @@
+"""Writing an episode's steps: a batching StepWriter fenced by the rollout's attempt, and a heartbeat.
+
+A flush stores screenshots in artifact storage, inserts the batch in one statement, bumps the
+rollout's counters and publishes the steps live; a writer whose rollout was taken over stops.
+"""
+import json
+import logging
+import threading
+import time
+
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from .. import events
+from ..artifacts import artifacts_store_for_steps
+from ..models import Rollout, RolloutStatus, Step
+
+logger = logging.getLogger(__name__)
+
+FLUSH_EVERY_S = 0.2
+FLUSH_EVERY_STEPS = 1000
+HEARTBEAT_EVERY_S = 1.0
+
+
+class LostOwnership(Exception):
+    """Another worker took this rollout over (ours was presumed dead); stop without writing more."""
+
+
+class StepWriter:
+    """Buffers steps; a flush writes them in one INSERT, bumps the rollout's counters and publishes them.
+
+    Every write is fenced by the attempt number: a worker that was presumed dead and replaced stops
+    at its next flush instead of writing over the new attempt.
+    """
+
+    def __init__(self, rollout: Rollout):
+        self.rollout = rollout
+        self.attempt = rollout.attempts
+        self.pending: list[dict] = []
+        self.step_count = 0
+        self.total_reward = 0.0
+        self.last_flush = time.monotonic()
+
+    def add(self, step: dict) -> None:
+        self.pending.append(step)
+        self.step_count += 1
+        self.total_reward += step["reward"] or 0.0
+
+    def due(self) -> bool:
+        return len(self.pending) >= FLUSH_EVERY_STEPS or time.monotonic() - self.last_flush >= FLUSH_EVERY_S
+
+    def flush(self) -> None:
+        self.last_flush = time.monotonic()
+        if not self.pending:
+            return
+        steps, self.pending = self.pending, []
+        artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
+        _insert_steps(self.rollout.pk, steps)
+        updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
+            step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
+        )
+        if not updated:
+            raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
+        events.publish_steps(self.rollout, steps)
+
+
+_STEP_TABLE = Step._meta.db_table
+_INSERT_STEPS_SQL = f"""
+    INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
+    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, s.artifact, now()
+    FROM jsonb_to_recordset(%s::jsonb) AS s(
+        "index" integer, action jsonb, observation jsonb, reward double precision,
+        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
+    ON CONFLICT (rollout_id, "index") DO NOTHING
+"""
+
+
+def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
+    """One statement per batch: the batch travels as one JSON document (Django's bulk_create spends
+    ~4x longer building model instances and per-value parameters). ON CONFLICT keeps a redelivered
+    or racing attempt from ever duplicating a step index."""
+    document = json.dumps(steps, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if "\\u0000" in document:
+        document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_STEPS_SQL, [rollout_id, document])
+
+
+class Heartbeat:
+    """A thread that keeps `heartbeat_at` fresh while the main thread waits on long sandbox calls.
+
+    It uses its own database connection (Django's are per thread) and closes it when it stops.
+    """
+
+    def __init__(self, rollout: Rollout, every_s: float = HEARTBEAT_EVERY_S):
+        self.rollout_id = rollout.pk
+        self.attempt = rollout.attempts
+        self.every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{rollout.pk}", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self):
+        try:
+            while not self._stop.wait(self.every_s):
+                try:
+                    Rollout.objects.filter(
+                        pk=self.rollout_id, attempts=self.attempt, status=RolloutStatus.RUNNING
+                    ).update(heartbeat_at=timezone.now())
+                except Exception:  # noqa: BLE001 - a missed beat is retried; it must not kill the thread
+                    logger.warning("heartbeat of rollout %s failed", self.rollout_id, exc_info=True)
+                    close_old_connections()
+        finally:
+            connection.close()

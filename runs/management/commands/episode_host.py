@@ -1,0 +1,25 @@
+"""Run an episode host: holds interactive episodes (play, remote sessions) for any web process."""
+import logging
+
+from django.core.management.base import BaseCommand
+
+from runs.episodes.host import EpisodeHost
+
+
+class Command(BaseCommand):
+    help = "Hold interactive episodes (human play, remote sessions) and answer their requests through Redis."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--threads", type=int, default=64, help="episodes stepped at once (default 64)")
+        parser.add_argument("--start-threads", type=int, default=16, help="episodes started at once (default 16)")
+
+    def handle(self, *args, threads, start_threads, **options):
+        if threads < 1 or start_threads < 1:
+            self.stderr.write("--threads and --start-threads must be at least 1")
+            raise SystemExit(2)
+        host = EpisodeHost(threads=threads, start_threads=start_threads)
+        host.install_signal_handlers()
+        logging.getLogger(__name__).info("episode host %s starting", host.id)
+        self.stdout.write(f"episode host {host.id} serving\n")
+        self.stdout.flush()
+        host.serve()
