@@ -9,7 +9,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import reset_queries, transaction
+from django.db import IntegrityError, reset_queries, transaction
 from django.utils import timezone
 
 from studio.errors import DomainError
@@ -103,7 +103,13 @@ def agent_get_or_create(*, team, actor, name: str, kind: str, code: str = "") ->
     """The team's agent of that name when it has the same kind and code; a new one otherwise (CLI)."""
     existing = Agent.objects.filter(team=team, name=name).first()
     if existing is None:
-        return agent_create(team=team, actor=actor, name=name, kind=kind, code=code)
+        try:
+            with transaction.atomic():
+                return agent_create(team=team, actor=actor, name=name, kind=kind, code=code)
+        except (IntegrityError, InvalidAgent):
+            existing = Agent.objects.filter(team=team, name=name).first()  # created at the same moment elsewhere
+            if existing is None:
+                raise
     if existing.kind == kind and existing.code_hash == code_hash(code or ""):
         return existing
     # Same name, different code: keep both, so old runs still name the code they ran.
@@ -391,7 +397,7 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
     """
     done = []
     now = timezone.now()
-    # Remote sessions and plays are driven from outside, not by a worker: runs/sessions and runs/play end theirs.
+    # Interactive episodes (plays, remote sessions) are held by episode hosts: end_orphaned_episodes ends theirs.
     candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).exclude(
         run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN]
     ).values_list("pk", flat=True)

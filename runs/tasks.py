@@ -28,10 +28,15 @@ def recover_stale_rollouts() -> int:
 
 
 def _recover(when: str) -> None:
+    from .episodes.host import end_orphaned_episodes
+
     try:
         recovered = services.recover_stale_rollouts()
         if recovered:
             logger.warning("recovered stale rollouts %s: %s", when, recovered)
+        ended = end_orphaned_episodes()
+        if ended:
+            logger.warning("ended interactive rollouts whose episode host stopped %s: %s", when, ended)
     except Exception:  # noqa: BLE001 - recovery must never stop a worker
         logger.exception("could not recover stale rollouts")
     finally:

@@ -88,10 +88,8 @@ def celery_worker(celery_queue, tmp_path):
     kill_group(proc)
 
 
-@pytest.fixture
-def asgi_server(tmp_path):
-    """The studio served by uvicorn (pages, API and websockets) on a free port; yields its base URL.
-    It enqueues rollouts where this test process does (a test's `celery_queue`, when it asks first)."""
+def start_asgi_server(log_path: Path) -> tuple[subprocess.Popen, str]:
+    """The studio served by uvicorn on a free port, on the test database; returns (process, base URL)."""
     from studio.celery import app
 
     port = free_port()
@@ -101,7 +99,7 @@ def asgi_server(tmp_path):
     }
     proc = subprocess.Popen(
         [str(BIN / "uvicorn"), "studio.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "asgi.log", "wb"), start_new_session=True,
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), start_new_session=True,
     )
 
     def up():
@@ -109,10 +107,18 @@ def asgi_server(tmp_path):
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return True
         except OSError:
-            return proc.poll() is not None and (_ for _ in ()).throw(AssertionError((tmp_path / "asgi.log").read_text()))
+            return proc.poll() is not None and (_ for _ in ()).throw(AssertionError(log_path.read_text()))
 
     wait_for(up, 30, "the ASGI server to listen")
-    yield f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def asgi_server(tmp_path):
+    """The studio served by uvicorn (pages, API and websockets) on a free port; yields its base URL.
+    It enqueues rollouts where this test process does (a test's `celery_queue`, when it asks first)."""
+    proc, url = start_asgi_server(tmp_path / "asgi.log")
+    yield url
     kill_group(proc)
 
 
