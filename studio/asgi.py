@@ -9,12 +9,14 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from runs.sessions.fast_path import SessionStepFastPath  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.ws_auth import ProgramOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Remote sessions' step routes skip Django's request cycle (same auth, services and shapes).
+        "http": SessionStepFastPath(django_asgi_app),
         # Browsers must come from an allowed host; programs (no Origin header) authenticate with a token.
         "websocket": ProgramOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

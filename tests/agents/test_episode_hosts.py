@@ -13,6 +13,7 @@ from runs.models import Rollout, RolloutStatus
 from studio.models import Membership, Role, Team
 from tests.conftest import api_for, make_user
 from tests.processes import (  # noqa: F401 - fixtures
+    asgi_server,
     episode_host,
     episode_host_prefix,
     kill_group,
@@ -165,3 +166,26 @@ def test_one_teams_slow_reset_does_not_delay_another_teams_steps(owner_api, team
     for thread in slow:
         thread.join(timeout=30)
     assert max(latencies) < 1.0, latencies
+
+
+@pytest.mark.usefixtures("episode_host")
+def test_the_step_routes_over_http_answer_like_the_documented_api(asgi_server, team, owner, outsider, other_team, counter):
+    from studio import services as studio_services
+
+    _, token = studio_services.token_create(team=team, actor=owner, name="http")
+    _, foreign = studio_services.token_create(team=other_team, actor=outsider, name="foreign")
+    http = httpx.Client(base_url=f"{asgi_server}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    sid = http.post("/sessions", json={"version": "counter@1", "task_id": "t1"}).json()["session_id"]
+    step = http.post(f"/sessions/{sid}/step", json={"action": 4})
+    assert step.status_code == 200
+    assert step.json() == {"index": 0, "observation": {"n": 4}, "reward": 1.0, "terminated": False, "truncated": False, "info": {}}
+    assert http.post(f"/sessions/{sid}/step", json={"action": 1}, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert http.post(f"/sessions/{sid}/step", json={"action": 1},
+                     headers={"Authorization": f"Bearer {foreign}"}).json()["detail"].startswith("No open episode")
+    assert http.post("/sessions/unknown/step", json={"action": 1}).status_code == 404
+    bad = http.post(f"/sessions/{sid}/step", content=b"{not json")
+    assert bad.status_code == 400 and "not JSON" in bad.json()["detail"]
+    crash = http.post(f"/sessions/{sid}/step", json={"action": "x"})  # int("x") raises in env.py
+    assert crash.status_code == 409 and "ValueError" in crash.json()["detail"]
+    assert http.post("/sessions/step", json={"steps": []}).status_code == 422
+    http.close()

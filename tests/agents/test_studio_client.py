@@ -11,13 +11,13 @@ from runs.models import Rollout, RolloutStatus
 from studio import services as studio_services
 from studio_client import StudioClient, StudioEnv, StudioError
 from tests.agents.conftest import SECRET, reply, tool_call
-from tests.processes import asgi_server, celery_queue, celery_worker  # noqa: F401 - fixtures
+from tests.processes import asgi_server, celery_queue, celery_worker, episode_host, episode_host_prefix  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def client(asgi_server, owner, team):  # noqa: F811
+def client(episode_host, asgi_server, owner, team):  # noqa: F811 - the host first: the server reaches it
     _, raw = studio_services.token_create(team=team, actor=owner, name="loop")
     with StudioClient(asgi_server, raw) as studio:
         yield studio
