@@ -36,6 +36,29 @@ def publish_steps(rollout, steps: list[dict]) -> None:
     _send(rollout, {"type": "rollout.steps", "rollout_id": rollout.pk, "run_id": rollout.run_id, "steps": steps})
 
 
+def publish_steps_many(batches: list[tuple[object, list[dict]]]) -> None:
+    """Publish several rollouts' step batches in one round on the publish loop (an episode host's flush)."""
+    messages = []
+    for rollout, steps in batches:
+        if steps:
+            message = {"type": "rollout.steps", "rollout_id": rollout.pk, "run_id": rollout.run_id, "steps": steps}
+            messages.append(((rollout_group(rollout.pk), run_group(rollout.run_id)), message))
+    if not messages:
+        return
+    try:
+        layer = get_channel_layer()
+        if layer is not None:
+            _publish_loop.run(_send_many(layer, messages), timeout=30.0)
+    except Exception:  # noqa: BLE001 - a broken channel layer must not end an episode
+        logger.warning("could not publish %s step batches", len(messages), exc_info=True)
+
+
+async def _send_many(layer, messages):
+    for groups, message in messages:
+        for group in groups:
+            await layer.group_send(group, message)
+
+
 # A step as every viewer gets it (websocket, replay windows, REST): the API's StepOut shape.
 STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms")
 

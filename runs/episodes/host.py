@@ -25,6 +25,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from ..models import AgentKind, Rollout, RolloutStatus
+from ..sandbox.pool import SandboxPool
 from . import routing
 from .service import (
     Episode,
@@ -38,7 +39,7 @@ from .service import (
     rollout_end,
 )
 from .setup import episode_setup
-from .writer import FLUSH_EVERY_STEPS
+from .writer import FLUSH_EVERY_STEPS, flush_together
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ class HeldEpisode:
 
 
 class EpisodeHost:
-    def __init__(self, *, host_id: str | None = None, threads: int = 64, start_threads: int = 16):
+    def __init__(self, *, host_id: str | None = None, threads: int = 64, start_threads: int = 16, pool_size: int = 4):
         self.id = host_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.redis = routing.client()
         self.held: dict[str, HeldEpisode] = {}
@@ -78,8 +79,11 @@ class EpisodeHost:
         self.stopping = threading.Event()
         self.step_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episode-step")
         self.start_pool = ThreadPoolExecutor(max_workers=start_threads, thread_name_prefix="episode-start")
-        # Sandboxes die with the thread that forked them (PR_SET_PDEATHSIG): fork them all from this one.
-        self.spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="episode-spawn")
+        # Runner processes of python environments started ahead of time (interpreter up, waiting to
+        # load), so opening an episode skips Python's start-up. Sandboxes die with the thread that
+        # forked them (PR_SET_PDEATHSIG): the start pool's threads live as long as the host.
+        self.sandbox_pool = SandboxPool(size=pool_size) if pool_size and settings.SANDBOX_BACKEND == "process" else None
+        self.sandbox_pool_lock = threading.Lock()
         self.team_starts: dict[int, int] = collections.Counter()
         self.team_pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
 
@@ -177,8 +181,12 @@ class EpisodeHost:
         )
         driver = message.get("driver") or "session"
         setup = episode_setup(rollout=rollout, driver=driver)
+        sandbox = None
+        if self.sandbox_pool is not None and setup.kind == "python":
+            with self.sandbox_pool_lock:
+                sandbox = self.sandbox_pool.acquire()
         try:
-            episode = episode_start(setup=setup, spawn=lambda sandbox: self.spawner.submit(sandbox.spawn).result())
+            episode = episode_start(setup=setup, sandbox=sandbox)
         except EpisodeFault as fault:
             raise routing.HostError(f"The environment did not start: {fault.reason}", 409) from None
         episode_id = message["episode"]
@@ -269,6 +277,8 @@ class EpisodeHost:
         connection.close()
 
     def reap_once(self, *, now: float) -> None:
+        """Close idle episodes; write every held episode's due steps in one statement."""
+        taken = []
         for held in list(self.held.values()):
             episode = held.episode
             if not episode.lock.acquire(blocking=False):
@@ -286,9 +296,22 @@ class EpisodeHost:
                         self._forget(held)
                     continue
                 if episode.writer.pending and (episode.done or episode.writer.due()):
-                    episode_flush(episode=episode)
+                    taken.append((episode.writer, *episode.writer.take()))
             finally:
                 episode.lock.release()
+        if taken:
+            lost = {id(writer) for writer in flush_together(taken)}
+            for held in list(self.held.values()):
+                if id(held.episode.writer) in lost:
+                    self._drop(held, "its rollout was ended elsewhere")
+
+    def _drop(self, held: HeldEpisode, why: str) -> None:
+        """Let go of an episode whose rollout is no longer ours: close its sandbox, write nothing."""
+        logger.warning("episode host %s: dropping episode %s: %s", self.id, held.id, why)
+        with held.episode.lock:
+            held.episode.finished = True
+            held.episode.sandbox.close()
+        self._forget(held)
 
     def beat(self) -> None:
         """Renew this host's presence, the routes of its episodes and their rollouts' heartbeats."""
@@ -323,6 +346,8 @@ class EpisodeHost:
             self.redis.delete(routing.host_alive_key(self.id))
         except redis.RedisError:
             pass
+        if self.sandbox_pool is not None:
+            self.sandbox_pool.close()
         self.step_pool.shutdown(wait=False, cancel_futures=True)
         self.start_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -156,10 +156,11 @@ def episode_sandbox(setup: EpisodeSetup):
 # -- start, step ----------------------------------------------------------------------------------
 
 
-def episode_start(*, setup: EpisodeSetup, sandbox=None, spawn=None) -> Episode:
-    """Start the episode's sandbox and reset it; the first observation (and a browser's first
-    screenshot) is stored. `spawn(sandbox)` forks the sandbox where the driver needs it forked
-    (a long-lived thread). On failure the rollout is ended with the reason and EpisodeFault raised."""
+def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
+    """Start the episode's sandbox (`sandbox`: one the driver chose, e.g. from its pool) and reset
+    it; the first observation (and a browser's first screenshot) is stored. Call it from a thread
+    that lives as long as the episode: a sandbox dies with the thread that forked it. On failure
+    the rollout is ended with the reason and EpisodeFault raised."""
     rollout = setup.rollout
     if setup.task is None:
         fault = EpisodeFault(RolloutStatus.ERRORED, f"task {rollout.task_id!r} is not in {setup.version.label}", "error")
@@ -169,8 +170,6 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None, spawn=None) -> Episode:
     episode = Episode(setup, sandbox)
     label = "env.py"
     try:
-        if spawn is not None and getattr(sandbox, "pid", True) is None:
-            spawn(sandbox)
         limits = setup.sandbox_limits.for_browser() if setup.kind == "browser" else setup.sandbox_limits
         sandbox.start(setup.version.files, mode="env", entrypoint=setup.entrypoint, limits=limits)
         label = sandbox.label

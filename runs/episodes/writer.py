@@ -46,6 +46,12 @@ class StepWriter:
         self.step_count += 1
         self.total_reward += step["reward"] or 0.0
 
+    def take(self) -> tuple[list[dict], int, float]:
+        """Take the buffered steps out (with the counters as of them) for `flush_together`."""
+        steps, self.pending = self.pending, []
+        self.last_flush = time.monotonic()
+        return steps, self.step_count, self.total_reward
+
     def due(self) -> bool:
         return len(self.pending) >= FLUSH_EVERY_STEPS or time.monotonic() - self.last_flush >= FLUSH_EVERY_S
 
@@ -84,6 +90,48 @@ def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
         document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
     with connection.cursor() as cursor:
         cursor.execute(_INSERT_STEPS_SQL, [rollout_id, document])
+
+
+_INSERT_MANY_SQL = f"""
+    INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
+    SELECT s.rollout_id, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, s.artifact, now()
+    FROM jsonb_to_recordset(%s::jsonb) AS s(
+        rollout_id bigint, "index" integer, action jsonb, observation jsonb, reward double precision,
+        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
+    ON CONFLICT (rollout_id, "index") DO NOTHING
+"""
+_COUNT_MANY_SQL = f"""
+    UPDATE {Rollout._meta.db_table} AS r
+    SET step_count = GREATEST(r.step_count, v.step_count), total_reward = v.total_reward, heartbeat_at = now()
+    FROM jsonb_to_recordset(%s::jsonb) AS v(id bigint, attempts integer, step_count integer, total_reward double precision)
+    WHERE r.id = v.id AND r.attempts = v.attempts AND r.status = %s
+    RETURNING r.id
+"""
+
+
+def flush_together(taken: list[tuple["StepWriter", list[dict], int, float]]) -> list["StepWriter"]:
+    """Write many writers' steps in one INSERT and one counter UPDATE (an episode host holds thousands
+    of episodes: a statement each would be thousands a second), then publish each batch. `taken` holds
+    (writer, *writer.take()), taken while the caller held each episode's lock. Returns the writers
+    whose rollout is no longer theirs (ended elsewhere)."""
+    taken = [item for item in taken if item[1]]
+    if not taken:
+        return []
+    rows, counters = [], []
+    for writer, steps, step_count, total_reward in taken:
+        artifacts_store_for_steps(writer.rollout.pk, steps)
+        rows.extend({**step, "rollout_id": writer.rollout.pk} for step in steps)
+        counters.append({"id": writer.rollout.pk, "attempts": writer.attempt, "step_count": step_count,
+                         "total_reward": total_reward})
+    document = json.dumps(rows, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    if "\\u0000" in document:
+        document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_MANY_SQL, [document])
+        cursor.execute(_COUNT_MANY_SQL, [json.dumps(counters), RolloutStatus.RUNNING])
+        ours = {row[0] for row in cursor.fetchall()}
+    events.publish_steps_many([(writer.rollout, steps) for writer, steps, _, _ in taken if writer.rollout.pk in ours])
+    return [writer for writer, *_ in taken if writer.rollout.pk not in ours]
 
 
 class Heartbeat:
