@@ -170,7 +170,8 @@ class Api:
 
     def steps(self, sids: list[str]) -> list[dict]:
         response = self.http.post("/sessions/step", json={"steps": [{"session_id": s, "action": 1} for s in sids]})
-        response.raise_for_status()
+        if response.status_code != 200:
+            raise SystemExit(f"batch step answered {response.status_code}: {response.text[:500]}")
         return response.json()["results"]
 
     def close_session(self, sid: str) -> None:
@@ -244,6 +245,33 @@ def level_row(apis, host, version, level, label) -> dict:
             "p50": statistics.median(flat), "p99": percentile(flat, 0.99), "steps_s": len(flat) / wall}
 
 
+def _client_process(base: str, token: str, sids: list[str], seconds: float) -> int:
+    """One client process: a thread per session, each stepping it in a loop for `seconds`."""
+    counts = [0] * len(sids)
+    apis = [Api(base, token) for _ in sids]
+    stop = time.monotonic() + seconds
+
+    def work(i):
+        while time.monotonic() < stop:
+            apis[i].step(sids[i])
+            counts[i] += 1
+
+    in_threads(len(sids), work)
+    for api in apis:
+        api.close()
+    return sum(counts)
+
+
+def concurrent_steps_per_s(bases: list[str], token: str, sids: list[str], processes: int, seconds: float = 5.0) -> float:
+    """Clients spread over `processes` processes (one Python process cannot drive 64 HTTP clients at speed)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    groups = [sids[i::processes] for i in range(processes)]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        futures = [pool.submit(_client_process, bases[i % len(bases)], token, group, seconds) for i, group in enumerate(groups) if group]
+        return sum(f.result() for f in futures) / seconds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1000)
@@ -251,6 +279,7 @@ def main():
     parser.add_argument("--shared-levels", default="")
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--web", type=int, default=2)
+    parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     args = parser.parse_args()
 
@@ -295,14 +324,7 @@ def main():
                   f"{row['p99']:>8.2f} {row['steps_s']:>8.0f}")
 
         sids = open_many(apis, version, args.clients)
-        per_client = 200
-
-        def drive(i):
-            for _ in range(per_client):
-                apis[i].step(sids[i])
-
-        wall = in_threads(args.clients, drive)
-        concurrent = args.clients * per_client / wall
+        concurrent = concurrent_steps_per_s([w[1] for w in webs], token, sids, args.client_processes)
         batches = 100
         started = time.perf_counter()
         for _ in range(batches):

@@ -117,7 +117,7 @@ class StepWriter:
         })
 
     def due(self) -> bool:
-        from runs.engine import FLUSH_EVERY_S, FLUSH_EVERY_STEPS
+        from runs.episodes import FLUSH_EVERY_S, FLUSH_EVERY_STEPS
 
         return len(self.pending) >= FLUSH_EVERY_STEPS or time.monotonic() - self.last_flush >= FLUSH_EVERY_S
 

@@ -78,6 +78,7 @@ class EpisodeHost:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.step_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episode-step")
+        self.batch_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="episode-batch")
         self.start_pool = ThreadPoolExecutor(max_workers=start_threads, thread_name_prefix="episode-start")
         # Runner processes of python environments started ahead of time (interpreter up, waiting to
         # load), so opening an episode skips Python's start-up. Sandboxes die with the thread that
@@ -159,7 +160,8 @@ class EpisodeHost:
         if op == "start":
             return self.start(message)
         if op == "steps":
-            return {"results": [self._step_one(item) for item in message.get("items") or []]}
+            # Each episode's sandbox is its own process: step them side by side, answer in order.
+            return {"results": list(self.batch_pool.map(self._step_one, message.get("items") or []))}
         held = self._held(message)
         if op == "step":
             return self.step(held, message.get("action"))
@@ -349,6 +351,7 @@ class EpisodeHost:
         if self.sandbox_pool is not None:
             self.sandbox_pool.close()
         self.step_pool.shutdown(wait=False, cancel_futures=True)
+        self.batch_pool.shutdown(wait=False, cancel_futures=True)
         self.start_pool.shutdown(wait=False, cancel_futures=True)
 
     def install_signal_handlers(self) -> None:
