@@ -195,6 +195,9 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         value = raw["concurrent_sessions"]
         if not (_is_int(value) and low <= value <= high):
             problem("concurrent_sessions", f"'concurrent_sessions' must be an integer from {low} to {high}, not {value!r}")
+        elif value > 1 and raw.get("kind") == "browser":
+            # Each browser episode drives its own Chromium; the shared runner is for python environments.
+            problem("concurrent_sessions", "a browser environment has one sandbox per episode: 'concurrent_sessions' must be 1")
 
     limits = raw.get("limits", {})
     if isinstance(limits, dict) and "concurrent_sessions" in limits:

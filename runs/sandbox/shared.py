@@ -69,6 +69,8 @@ class SharedSandbox:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         if not isinstance(limits, SandboxLimits):
             limits = SandboxLimits.from_dict(limits)
+        if limits.browser:
+            raise ValueError("browser environments get one sandbox per episode: they cannot share one")
         self.capacity = capacity
         self.limits = limits
         self.files = files
@@ -203,7 +205,7 @@ class SharedSandbox:
     def release(self, lease: "EpisodeLease") -> None:
         """End the lease's episode in the runner (when the process still serves) and free its slot."""
         try:
-            if self._fault is None and lease.was_reset:
+            if self._fault is None and lease.reset_sent:
                 self.request(lease, "end", self.limits.step_timeout_s)
         except UserCodeError as exc:
             logger.info("close() of episode %s in the shared sandbox of %s raised: %s", lease.episode, self.label, exc)
@@ -237,6 +239,7 @@ class EpisodeLease:
         self.limits = group.limits
         self.action_space: dict | None = None
         self.last_artifact: dict | None = None
+        self.reset_sent = False  # the runner may hold an instance for this episode (reset may have raised)
         self.was_reset = False
         self._episode_deadline: float | None = None
         self._closed = False
@@ -269,6 +272,7 @@ class EpisodeLease:
     def reset(self, task: dict, seed: int | None) -> Any:
         self._check_open("reset")
         self._episode_deadline = time.monotonic() + self.limits.episode_timeout_s
+        self.reset_sent = True
         result = self.group.request(self, "reset", self.limits.step_timeout_s, task=task, seed=seed)
         self.was_reset = True
         self._check_deadline("reset")

@@ -266,6 +266,13 @@ def test_concurrent_sessions_under_limits_is_refused_with_where_it_belongs():
     assert "top level" in problem.reason
 
 
+def test_concurrent_sessions_is_for_python_environments():
+    text = MANIFEST.replace('"python"', '"browser"') + "concurrent_sessions = 8\n"
+    problems = validate_package(package(environment_dot_toml=text, site__index_dot_html="<p>hi</p>"))
+    assert [(p.file, p.line) for p in problems] == [("environment.toml", 4)]
+    assert "browser environment has one sandbox per episode" in problems[0].reason
+
+
 def test_concurrent_sessions_defaults_to_one_sandbox_per_episode():
     assert parse_manifest(package())["concurrent_sessions"] == DEFAULT_CONCURRENT_SESSIONS == 1
     shared = parse_manifest(package(environment_dot_toml=MANIFEST + "concurrent_sessions = 4096\n"))

@@ -28,6 +28,8 @@ ENV = COUNTER_ENV + textwrap.dedent(
             LIVE.add(id(self))
 
         def reset(self, task, seed):
+            if task.get("fail"):
+                raise RuntimeError("bad task")
             observation = super().reset(task, seed)
             return {**observation, "live": len(LIVE), "pid": os.getpid()}
 
@@ -107,6 +109,14 @@ def test_closing_a_lease_frees_its_slot_and_its_instance(registry):
     assert third.reset({"id": "t"}, seed=0)["live"] == 3
     with pytest.raises(SandboxCrashed, match="lease on the shared sandbox is closed"):
         first.step(1)
+
+
+def test_a_reset_that_raises_still_frees_its_instance_on_close(registry):
+    failing, other = registry.lease(), registry.lease()
+    with pytest.raises(UserCodeError, match="RuntimeError: bad task"):
+        failing.reset({"id": "t", "fail": True}, seed=0)
+    failing.close()
+    assert other.reset({"id": "t"}, seed=0)["live"] == 2
 
 
 def test_exception_in_one_lease_leaves_the_others_working(registry):
