@@ -12,7 +12,9 @@ import pytest
 from runs.sandbox import SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
 from runs.sandbox.shared import SharedKey, SharedSandbox, SharedSandboxes, SharedSandboxFull
 
+from runs.sandbox.backends import BACKENDS
 from tests.runs.conftest import COUNTER_ENV, assert_no_processes_of
+from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - the fixture: skips without an engine
 
 # Counter, plus: a step that raises, one that hangs, one that kills the process, and a count of
 # the instances alive in the process (made at load or at an episode's first reset, minus closed).
@@ -94,6 +96,21 @@ def test_two_leases_in_one_process_keep_separate_state(registry):
     facts = first.facts
     assert facts["shared"] is True and facts["capacity"] == 4 and facts["episode"] == first.episode
     assert facts["mode"] == "env" and facts["entrypoint"] == "env:Shared" and "network_isolated" in facts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_leases_share_one_sandbox_on_every_backend(registry, backend, request):
+    if backend == "docker":
+        request.getfixturevalue("docker_image_name")
+    first, second = registry.lease(backend=backend), registry.lease(backend=backend)
+    assert first.group is second.group and first.backend == backend
+    first.reset({"id": "t", "goal": 1}, seed=0)
+    second.reset({"id": "t", "goal": 2}, seed=0)
+    with pytest.raises(UserCodeError, match="ValueError: boom"):
+        second.step("boom")
+    assert first.step(1).terminated is True and second.step(1).terminated is False
+    assert first.verify() == (1.0, "n=1, goal=1") and second.verify() == (0.0, "n=1, goal=2")
+    assert first.facts["backend"] == backend
 
 
 def test_closing_a_lease_frees_its_slot_and_its_instance(registry):
