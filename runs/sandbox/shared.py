@@ -17,6 +17,7 @@ once its last lease has closed.
 """
 
 import atexit
+import concurrent.futures
 import dataclasses
 import itertools
 import logging
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 # its whole life, so a long-lived shared process would otherwise be killed mid-episode one day).
 RETIRE_AT_CPU_SHARE = 0.5
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Sandboxes get PR_SET_PDEATHSIG, which fires when the *thread* that forked them ends. A shared process
+# outlives the episode (and thread) that asked for it, so every one is started from this one thread.
+_starter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-sandbox-start")
 
 
 class SharedSandboxFull(SandboxError):
@@ -100,7 +104,9 @@ class SharedSandbox:
                 # episode's budget, unless the limits name one (see RETIRE_AT_CPU_SHARE).
                 runner_limits = dataclasses.replace(self.limits, cpu_s=self._cpu_limit_s)
                 try:
-                    self.sandbox.start(self.files, mode="env", entrypoint=self.entrypoint, limits=runner_limits)
+                    _starter.submit(
+                        self.sandbox.start, self.files, mode="env", entrypoint=self.entrypoint, limits=runner_limits
+                    ).result()
                 except BaseException as exc:
                     self._start_error = exc
                     self._fault = f"the shared sandbox of {self.label} did not start: {exc}"

@@ -295,6 +295,17 @@ def test_a_version_that_does_not_load_raises_and_leaves_no_process(registry):
     assert registry.groups() == []
 
 
+def test_a_process_started_from_a_thread_outlives_that_thread(registry):
+    # Sandboxes die with the thread that forked them (PR_SET_PDEATHSIG): a shared one must not.
+    opened = []
+    thread = threading.Thread(target=lambda: opened.append(registry.lease()))
+    thread.start()
+    thread.join()
+    time.sleep(0.1)
+    assert opened[0].reset({"id": "t", "goal": 1}, seed=0)["n"] == 0
+    assert opened[0].step(1).terminated is True
+
+
 def test_many_threads_step_their_own_episodes_through_one_process(registry):
     leases = [registry.lease(capacity=16) for _ in range(16)]
     assert len({lease.group for lease in leases}) == 1
