@@ -23,7 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runs.sandbox import ProcessSandbox, SandboxLimits, SharedKey, SharedSandboxes  # noqa: E402
-from runs.sandbox.process import _uid_processes  # noqa: E402
 
 COUNTER_ENV = """
 from studio_sdk import Environment
@@ -137,12 +136,12 @@ def shared_row(files, capacity, episodes, steps, threads):
         opened_s = time.perf_counter() - started
         groups = registry.groups()
         assert len(groups) == math.ceil(episodes / capacity), len(groups)
-        row = measure(f"shared, {capacity}/process", leases, [group.pid for group in groups], opened_s, steps, threads)
-        uids = [group.sandbox.uid for group in groups]
+        pids = [group.pid for group in groups]
+        row = measure(f"shared, {capacity}/process", leases, pids, opened_s, steps, threads)
         for lease in leases:
             lease.close()
         assert registry.groups() == [], "closing every lease must stop every process"
-        return row, uids
+        return row, pids
     finally:
         registry.close_all()
 
@@ -157,8 +156,8 @@ def baseline_row(files, episodes, steps, threads):
             sandbox.start(files, mode="env", entrypoint="env:Counter", limits=LIMITS)
             sandbox.reset(TASK, 0)
         opened_s = time.perf_counter() - started
-        row = measure("one ProcessSandbox each", sandboxes, [sandbox.pid for sandbox in sandboxes], opened_s, steps, threads)
-        return row, [sandbox.uid for sandbox in sandboxes]
+        pids = [sandbox.pid for sandbox in sandboxes]
+        return measure("one ProcessSandbox each", sandboxes, pids, opened_s, steps, threads), pids
     finally:
         for sandbox in sandboxes:
             sandbox.close()
@@ -176,19 +175,19 @@ def main():
     levels = [int(value) for value in args.levels.split(",") if value]
     capacities = [int(value) for value in args.capacities.split(",") if value]
 
-    rows, uids = [], []
+    rows, pids = [], []
     for capacity in capacities:
         for level in levels:
             if level < capacity and level != min(levels):
                 continue  # the same single process as a smaller level
             row, used = shared_row(files, capacity, level, args.steps, args.threads)
             rows.append(row)
-            uids += used
+            pids += used
             print(f"... {row['setup']} x{level} done", file=sys.stderr, flush=True)
     if args.baseline:
         row, used = baseline_row(files, args.baseline, args.steps, args.threads)
         rows.append(row)
-        uids += used
+        pids += used
 
     header = (
         f"{'setup':<26}{'episodes':>9}{'procs':>7}{'open s':>8}{'RSS MB':>9}{'RSS kB/ep':>11}{'PSS kB/ep':>11}"
@@ -204,9 +203,8 @@ def main():
             f"{row['threads_p50_ms']:>9.3f}{row['threads_p99_ms']:>9.3f}{row['threads_steps_s']:>10.0f}"
         )
 
-    time.sleep(0.5)
-    left = [uid for uid in set(uids) if uid is not None and _uid_processes(uid)[0]]
-    print("no sandbox process left" if not left else f"LEFT BEHIND under uids {left}")
+    left = [pid for pid in pids if Path(f"/proc/{pid}").exists()]  # closed sandboxes are reaped
+    print("no sandbox process left" if not left else f"LEFT BEHIND: pids {left}")
 
 
 if __name__ == "__main__":

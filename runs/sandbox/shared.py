@@ -302,9 +302,10 @@ class EpisodeLease:
 
     def close(self) -> None:
         """End the episode and free its slot (its environment instance too); closing twice is fine."""
-        if self._closed:
-            return
-        self._closed = True
+        with self.group._slots:  # two threads closing at once: one ends the episode
+            if self._closed:
+                return
+            self._closed = True
         self.group.release(self)
 
     def __enter__(self) -> "EpisodeLease":
@@ -439,6 +440,7 @@ class SharedSandboxes:
             timer.cancel()
 
 
-# The worker's registry (episode hosts lease from it); its processes are stopped at exit.
-shared_sandboxes = SharedSandboxes()
+# The process-wide registry (workers and episode hosts lease from it). An emptied process waits a
+# little for the next episode of its version, which then skips a start; all are stopped at exit.
+shared_sandboxes = SharedSandboxes(idle_s=2.0)
 atexit.register(shared_sandboxes.close_all)
