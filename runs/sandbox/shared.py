@@ -149,7 +149,7 @@ class SharedSandbox:
     @property
     def accepting(self) -> bool:
         """Alive, not full and not retired: may take another episode."""
-        return self._fault is None and len(self._leases) < self.capacity and not self.retired
+        return len(self._leases) < self.capacity and self.alive and not self.retired
 
     @property
     def retired(self) -> bool:
@@ -418,7 +418,8 @@ class SharedSandboxes:
 
     def _stop_if_idle(self, group: SharedSandbox) -> None:
         with self._lock:
-            self._timers.pop(id(group), None)
+            if self._timers.get(id(group)) is not threading.current_thread():
+                return  # cancelled while it waited for the lock, or a later timer replaced it
             stopped = not group.in_use and self._forget(group)
         if stopped:
             group.close()

@@ -172,8 +172,15 @@ def test_killed_process_ends_every_lease_with_the_reason(registry):
     with pytest.raises(SandboxCrashed, match=reason):
         second.verify()
     assert not first.alive and not second.alive
-    # A new episode gets a new process.
+    # A new episode gets a new process, also when the death was not noticed by a call yet.
+    fourth = registry.lease()
+    fourth.reset({"id": "t"}, seed=0)
+    os.kill(fourth.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while fourth.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
     third = registry.lease()
+    assert third.group is not fourth.group
     assert third.group is not first.group
     assert third.reset({"id": "t", "goal": 1}, seed=0)["pid"] != first.pid
     assert third.step(1).terminated is True
