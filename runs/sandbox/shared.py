@@ -19,6 +19,7 @@ once its last lease has closed.
 import atexit
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -39,6 +40,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Sandboxes get PR_SET_PDEATHSIG, which fires when the *thread* that forked them ends. A shared process
 # outlives the episode (and thread) that asked for it, so every one is started from this one thread.
 _starter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-sandbox-start")
+_closing = threading.Lock()
 
 
 class SharedSandboxFull(SandboxError):
@@ -120,6 +122,12 @@ class SharedSandbox:
 
     def lease(self, *, episode: str | None = None) -> "EpisodeLease":
         """A slot for one episode (its environment instance is made at its first reset)."""
+        lease = EpisodeLease()
+        self.admit(lease, episode=episode)
+        return lease
+
+    def admit(self, lease: "EpisodeLease", *, episode: str | None = None) -> None:
+        """Give `lease` (not started yet) a slot here."""
         with self._slots:
             if self._fault is not None:
                 raise SandboxCrashed(self._fault)
@@ -130,9 +138,8 @@ class SharedSandbox:
             episode = episode or f"e{next(self._ids)}"
             if episode in self._leases:
                 raise ValueError(f"episode {episode!r} already has a lease in the shared sandbox of {self.label}")
-            lease = EpisodeLease(self, episode)
+            lease.group, lease.episode, lease.limits = self, episode, self.limits
             self._leases[episode] = lease
-            return lease
 
     def close(self) -> None:
         """Stop the process; leases still open get an error naming this at their next call."""
@@ -229,20 +236,28 @@ class SharedSandbox:
 
 
 class EpisodeLease:
-    """One episode's slot in a SharedSandbox, used like a started ProcessSandbox in env mode.
+    """One episode's slot in a SharedSandbox, used like a ProcessSandbox in env mode.
+
+    From `SharedSandboxes.lease()` (or `SharedSandbox.lease()`) it comes started; from
+    `SharedSandboxes.sandbox()` it comes unstarted, and `start(files, mode="env", entrypoint=..., limits=...)`
+    takes the slot, as ProcessSandbox.start loads a process (`spawn()` is a no-op: shared processes
+    are spawned on a thread of their own).
 
     Time limits are the episode's own: each call has step_timeout_s (verify its `timeout`), and the
-    episode deadline (episode_timeout_s from reset; `_episode_deadline = None` lifts it, as for a
-    ProcessSandbox before verify) is checked before and after each call. A call cannot be cut short
-    without killing the process, so a lease past its deadline mid-call hears of it when the call ends.
+    episode deadline (episode_timeout_s from reset; lifted by verify(timeout=...) or by setting
+    `_episode_deadline = None`, as on a ProcessSandbox) is checked before and after each call. A call
+    cannot be cut short without killing the process, so a lease past its deadline mid-call hears of
+    it when the call ends.
     """
 
     mode = "env"
 
-    def __init__(self, group: SharedSandbox, episode: str):
-        self.group = group
-        self.episode = episode
-        self.limits = group.limits
+    def __init__(self, take_slot=None, backend: str = "process"):
+        self.group: SharedSandbox | None = None
+        self.episode: str | None = None
+        self.limits = SandboxLimits()
+        self._take_slot = take_slot  # (lease, files, entrypoint, limits): gives it a group
+        self._backend = backend
         self.action_space: dict | None = None
         self.last_artifact: dict | None = None
         self.reset_sent = False  # the runner may hold an instance for this episode (reset may have raised)
@@ -250,30 +265,48 @@ class EpisodeLease:
         self._episode_deadline: float | None = None
         self._closed = False
 
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def spawn(self) -> "EpisodeLease":
+        return self
+
+    def start(self, files, mode: str = "env", entrypoint: str = "env:Environment", limits=None) -> dict:
+        """Take a slot in a process of this version (starting one when all are full); returns the facts."""
+        if mode != "env":
+            raise ValueError(f"a shared sandbox serves environments (mode 'env'), not {mode!r}")
+        if self.group is not None:
+            raise SandboxError("this lease is already started")
+        if self._take_slot is None or self._closed:
+            raise SandboxError("this lease cannot be started: take one from SharedSandboxes.sandbox()")
+        self._take_slot(self, files=files, entrypoint=entrypoint, limits=limits)
+        return self.facts
+
     @property
     def facts(self) -> dict:
-        return self.group.facts_for(self)
+        return self.group.facts_for(self) if self.group is not None else {}
 
     @property
     def label(self) -> str:
         """The environment's file ("env.py"), as in a ProcessSandbox's messages."""
-        return self.group.sandbox.label
+        return self.group.sandbox.label if self.group is not None else "sandbox"
 
     @property
     def tools(self) -> list | None:
-        return self.group.sandbox.tools
+        return self.group.sandbox.tools if self.group is not None else None
 
     @property
     def backend(self) -> str:
-        return self.group.sandbox.backend
+        return self.group.sandbox.backend if self.group is not None else self._backend
 
     @property
     def alive(self) -> bool:
-        return not self._closed and self.group.alive
+        return not self._closed and self.group is not None and self.group.alive
 
     @property
     def pid(self) -> int | None:
-        return self.group.pid
+        return self.group.pid if self.group is not None else None
+
+    # -- protocol calls ---------------------------------------------------------------------------
 
     def reset(self, task: dict, seed: int | None) -> Any:
         self._check_open("reset")
@@ -295,6 +328,10 @@ class EpisodeLease:
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:
+        """Judge the final state. A given `timeout` is the verifier's own budget: the episode clock,
+        which may have run out while the agent acted, does not cut it short."""
+        if timeout is not None:
+            self._episode_deadline = None
         self._check_ready("verify")
         result = self.group.request(self, "verify", timeout if timeout is not None else self.limits.step_timeout_s)
         self._check_deadline("verify")
@@ -302,11 +339,12 @@ class EpisodeLease:
 
     def close(self) -> None:
         """End the episode and free its slot (its environment instance too); closing twice is fine."""
-        with self.group._slots:  # two threads closing at once: one ends the episode
+        with _closing:  # two threads closing at once: one ends the episode
             if self._closed:
                 return
             self._closed = True
-        self.group.release(self)
+        if self.group is not None:
+            self.group.release(self)
 
     def __enter__(self) -> "EpisodeLease":
         return self
@@ -317,6 +355,8 @@ class EpisodeLease:
     def _check_open(self, op: str) -> None:
         if self._closed:
             raise SandboxCrashed(f"{self.label} {op}(): the episode's lease on the shared sandbox is closed")
+        if self.group is None:
+            raise SandboxError(f"{op}() before start()")
 
     def _check_ready(self, op: str) -> None:
         # Checked here: a request for an episode the runner never reset would be a protocol violation,
@@ -346,6 +386,16 @@ class SharedSandboxes:
         self._lock = threading.Lock()
         self._timers: dict[int, threading.Timer] = {}
 
+    def sandbox(self, *, key: SharedKey, capacity: int, backend: str = "process", episode: str | None = None) -> EpisodeLease:
+        """An unstarted lease, to use as an unstarted ProcessSandbox: its `start(files, mode="env",
+        entrypoint=..., limits=...)` takes a slot in a process of this key with room, or starts one."""
+        if not isinstance(key, SharedKey):
+            raise TypeError("key must be a SharedKey (a process only ever serves one version of one team)")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        take_slot = functools.partial(self._take_slot, key=key, capacity=capacity, backend=backend, episode=episode)
+        return EpisodeLease(take_slot, backend=backend)
+
     def lease(
         self,
         *,
@@ -357,9 +407,12 @@ class SharedSandboxes:
         backend: str = "process",
         episode: str | None = None,
     ) -> EpisodeLease:
-        """A lease on a running process of this key with a free slot, starting one when all are full."""
-        if not isinstance(key, SharedKey):
-            raise TypeError("key must be a SharedKey (a process only ever serves one version of one team)")
+        """A started lease on a process of this key with a free slot, starting one when all are full."""
+        lease = self.sandbox(key=key, capacity=capacity, backend=backend, episode=episode)
+        lease.start(files, entrypoint=entrypoint, limits=limits)
+        return lease
+
+    def _take_slot(self, lease, *, key, capacity, backend, episode, files, entrypoint, limits) -> None:
         if not isinstance(limits, SandboxLimits):
             limits = SandboxLimits.from_dict(limits)
         group_key = (key, entrypoint, limits, capacity, backend)
@@ -373,7 +426,7 @@ class SharedSandboxes:
                 )
                 group.on_empty = self._emptied
                 groups.append(group)
-            lease = group.lease(episode=episode)
+            group.admit(lease, episode=episode)
             self._cancel_timer(group)
         try:
             group.start()
@@ -382,7 +435,6 @@ class SharedSandboxes:
             with self._lock:
                 self._forget(group)
             raise
-        return lease
 
     def groups(self) -> list[SharedSandbox]:
         """Every process this registry holds (for benches, tests and status pages)."""

@@ -113,6 +113,27 @@ def test_leases_share_one_sandbox_on_every_backend(registry, backend, request):
     assert first.facts["backend"] == backend
 
 
+def test_an_unstarted_lease_starts_like_a_process_sandbox(registry):
+    sandbox = registry.sandbox(key=KEY, capacity=4)
+    assert sandbox.pid is None and sandbox.facts == {} and sandbox.label == "sandbox" and not sandbox.alive
+    assert sandbox.spawn() is sandbox  # shared processes are spawned on a thread of their own
+    with pytest.raises(SandboxError, match=r"reset\(\) before start\(\)"):
+        sandbox.reset({"id": "t"}, seed=0)
+    facts = sandbox.start(FILES, mode="env", entrypoint="env:Shared", limits=SandboxLimits(step_timeout_s=5, episode_timeout_s=0.3))
+    assert facts["shared"] is True and sandbox.label == "env.py" and sandbox.pid is not None
+    assert sandbox.reset({"id": "t", "goal": 1}, seed=0)["n"] == 0
+    assert sandbox.step(1).terminated is True
+    time.sleep(0.4)
+    # The verifier has its own budget: the episode clock, run out meanwhile, does not cut it short.
+    assert sandbox.verify(timeout=5) == (1.0, "n=1, goal=1")
+    with pytest.raises(SandboxError, match="already started"):
+        sandbox.start(FILES, mode="env", entrypoint="env:Shared", limits=LIMITS)
+    with pytest.raises(ValueError, match="mode 'env'"):
+        registry.sandbox(key=KEY, capacity=4).start(FILES, mode="agent", entrypoint="agent")
+    sandbox.close()
+    assert registry.groups() == []
+
+
 def test_closing_a_lease_frees_its_slot_and_its_instance(registry):
     first, second = registry.lease(), registry.lease()
     # The instance made at load is alive too: 1 + one per reset episode.
