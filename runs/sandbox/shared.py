@@ -14,6 +14,9 @@ once its last lease has closed.
     observation = lease.reset(task, seed)
     observation, reward, terminated, truncated, info = lease.step(action)
     lease.close()
+
+Where code expects an unstarted sandbox (episode_start), `shared_sandboxes.sandbox(key=..., capacity=64)`
+gives a lease whose `start(files, mode="env", entrypoint=..., limits=...)` takes the slot.
 """
 
 import atexit
