@@ -42,7 +42,7 @@ ENV = COUNTER_ENV + textwrap.dedent(
                 while True:
                     pass
             if action == "sleep":
-                time.sleep(0.5)
+                time.sleep(0.7)
                 action = 0
             return super().step(action)
 
@@ -216,7 +216,9 @@ def test_step_timeout_kills_the_process_and_ends_every_lease_with_the_cause(regi
     errors = {}
 
     def step_while_the_other_hangs():
-        time.sleep(0.2)
+        while not culprit.group._calls.locked():  # the culprit's call is in flight
+            time.sleep(0.01)
+        time.sleep(0.1)
         try:
             waiting.step(1)
         except SandboxError as exc:
@@ -241,19 +243,19 @@ def test_step_timeout_kills_the_process_and_ends_every_lease_with_the_cause(regi
 
 
 def test_episode_deadline_is_per_lease_and_spares_the_process(registry):
-    limits = SandboxLimits(step_timeout_s=5, episode_timeout_s=1)
+    limits = SandboxLimits(step_timeout_s=5, episode_timeout_s=1.5)
     short = registry.lease(limits=limits)
     short.reset({"id": "t"}, seed=0)
-    time.sleep(0.6)
+    time.sleep(0.9)
     other = registry.lease(limits=limits)
     other.reset({"id": "t"}, seed=0)
-    time.sleep(0.6)
-    with pytest.raises(SandboxTimeout, match=r"^env.py episode did not finish within episode_timeout_s=1 s \(during step\(\)\)$"):
+    time.sleep(0.9)
+    with pytest.raises(SandboxTimeout, match=r"^env.py episode did not finish within episode_timeout_s=1.5 s \(during step\(\)\)$"):
         short.step(1)
     assert other.group is short.group and other.step(1).observation == {"n": 1}
     # A call that outlives the deadline finishes, then reports it; the process keeps serving.
-    with pytest.raises(SandboxTimeout, match="episode_timeout_s=1 s"):
-        other.step("sleep")
+    with pytest.raises(SandboxTimeout, match="episode_timeout_s=1.5 s"):
+        other.step("sleep")  # sleeps 0.7 s: past the deadline while in the call
     # Lifting the deadline (as the engine does before verify) lets the verifier run.
     short._episode_deadline = None
     assert short.verify() == (0.0, "n=0, goal=3")
