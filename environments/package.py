@@ -39,6 +39,10 @@ DEFAULT_LIMITS = {
 DEFAULT_MAX_STEPS = 200
 DEFAULT_HIDDEN_TASK_FIELDS = ["answer", "solution"]
 MEMORY_MB_RANGE = (64, 8192)
+# How many episodes of one version may share one sandbox process (OpenEnv's
+# SUPPORTS_CONCURRENT_SESSIONS), each with its own instance of the entrypoint class; 1: one sandbox each.
+DEFAULT_CONCURRENT_SESSIONS = 1
+CONCURRENT_SESSIONS_RANGE = (1, 4096)
 
 BINARY_SITE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".ico", ".webp", ".woff", ".woff2")
 BASE64_PREFIX = "base64:"
@@ -127,6 +131,12 @@ def parse_manifest(files: dict[str, str]) -> dict:
     return manifest
 
 
+def concurrent_sessions_of(manifest: dict) -> int:
+    """How many episodes may share one sandbox of a version (manifests stored before the key was
+    introduced have none: one sandbox per episode)."""
+    return int(manifest.get("concurrent_sessions") or DEFAULT_CONCURRENT_SESSIONS)
+
+
 def parse_tasks(files: dict[str, str]) -> list[dict]:
     """The tasks of tasks.jsonl in file order; raises InvalidPackage on any problem."""
     tasks, problems = _check_tasks(files)
@@ -180,7 +190,23 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     if "max_steps" in raw and not (_is_int(raw["max_steps"]) and raw["max_steps"] > 0):
         problem("max_steps", f"'max_steps' must be a positive integer, not {raw['max_steps']!r}")
 
+    if "concurrent_sessions" in raw:
+        low, high = CONCURRENT_SESSIONS_RANGE
+        value = raw["concurrent_sessions"]
+        if not (_is_int(value) and low <= value <= high):
+            problem("concurrent_sessions", f"'concurrent_sessions' must be an integer from {low} to {high}, not {value!r}")
+        elif value > 1 and raw.get("kind") == "browser":
+            # Each browser episode drives its own Chromium; the shared runner is for python environments.
+            problem("concurrent_sessions", "a browser environment has one sandbox per episode: 'concurrent_sessions' must be 1")
+
     limits = raw.get("limits", {})
+    if isinstance(limits, dict) and "concurrent_sessions" in limits:
+        # TOML puts a key written below [limits] into that table: say where it belongs.
+        problem(
+            "concurrent_sessions",
+            "'concurrent_sessions' belongs at the top level of environment.toml, above [limits]",
+            "limits",
+        )
     if not isinstance(limits, dict):
         problem("limits", "'limits' must be a table ([limits])")
         limits = {}
@@ -201,6 +227,7 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         return None, problems
     manifest = dict(raw)
     manifest["max_steps"] = raw.get("max_steps", DEFAULT_MAX_STEPS)
+    manifest["concurrent_sessions"] = raw.get("concurrent_sessions", DEFAULT_CONCURRENT_SESSIONS)
     manifest["limits"] = {**DEFAULT_LIMITS, **limits}
     manifest["hidden_task_fields"] = list(hidden)
     return manifest, []

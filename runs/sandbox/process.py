@@ -592,9 +592,12 @@ class ProcessSandbox:
         if self.mode != mode:
             raise SandboxError(f"{op}() is only for {mode} sandboxes (this one is {self.mode})")
 
+    def call(self, op: str, timeout: float, **fields) -> Any:
+        """One protocol request answered within `timeout` seconds, whatever this sandbox's episode clock
+        says: for a host that keeps its own clocks per episode (shared.py). Same errors as every call."""
+        return self._exchange(op, fields, time.monotonic() + timeout, f"{self.label} {op}() did not answer within {timeout:.1f} s")
+
     def _call(self, op: str, timeout: float, **fields) -> Any:
-        if self._closed or self._proc is None or self._dead:
-            raise SandboxCrashed(f"{self.label} {op}(): the sandbox is no longer running")
         timeout_reason = f"{self.label} {op}() did not answer within {timeout:.1f} s"
         deadline = time.monotonic() + timeout
         if self._episode_deadline is not None and op not in ("load", "close") and self._episode_deadline < deadline:
@@ -603,6 +606,11 @@ class ProcessSandbox:
                 f"{self.label} episode did not finish within episode_timeout_s={self.limits.episode_timeout_s:g} s"
                 f" (during {op}())"
             )
+        return self._exchange(op, fields, deadline, timeout_reason)
+
+    def _exchange(self, op: str, fields: dict, deadline: float, timeout_reason: str) -> Any:
+        if self._closed or self._proc is None or self._dead:
+            raise SandboxCrashed(f"{self.label} {op}(): the sandbox is no longer running")
         try:
             line = protocol.encode(protocol.request(op, **fields))
         except (TypeError, ValueError) as exc:

@@ -9,15 +9,20 @@ Requests (worker -> runner), one JSON object a line:
     {"op": "step", "action": ...}                       env mode
     {"op": "verify"}                                    env mode
     {"op": "act", "observation": ..., "info": {...}}    agent mode
+    {"op": "end", "episode": "e1"}                      env mode: close and drop that episode's instance
     {"op": "close"}
 Responses (runner -> worker):
     {"ok": true, "result": ...}
     {"ok": false, "error": "ValueError: bad action (env.py line 12)", "kind": "exception"}
+
+Shared sandboxes (environment.toml `concurrent_sessions` > 1): reset, step and verify may carry
+"episode": "<id>"; the runner then keeps one instance of the entrypoint class per episode id, made on
+that episode's first reset, until "end". Requests without "episode" use the instance made at load.
 """
 
 import json
 
-OPS = ("load", "reset", "step", "verify", "act", "close")
+OPS = ("load", "reset", "step", "verify", "act", "end", "close")
 MODES = ("env", "agent")
 
 # Error kinds a runner may answer with.
@@ -30,6 +35,8 @@ MAX_OBSERVATION_BYTES = 256 * 1024
 MAX_INFO_BYTES = 256 * 1024
 # Whole-line ceiling: a request or response longer than this is a protocol violation.
 MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_EPISODE_ID_CHARS = 200
+EPISODE_OPS = ("reset", "step", "verify", "end")
 
 
 class ProtocolError(ValueError):

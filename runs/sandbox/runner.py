@@ -121,7 +121,9 @@ def apply_limits(limits):
 class Runner:
     def __init__(self):
         self.mode = None
-        self.target = None  # the environment instance, or the agent module
+        self.target = None  # the environment instance made at load, or the agent module
+        self.make_environment = None  # env mode: makes one more instance of the entrypoint class
+        self.episodes = {}  # episode id -> its own environment instance (shared sandboxes)
         self.workdir = os.getcwd()
         self.limits = {}
         self.jsonable = _fallback_jsonable
@@ -169,7 +171,8 @@ class Runner:
         self.limits = apply_limits(message.get("limits") or {})
         self.jsonable = _load_jsonable()
         if mode == "env":
-            self.target = self._load_environment(entrypoint)
+            self.make_environment = self._load_environment(entrypoint)
+            self.target = self.make_environment()
         else:
             self.target = self._load_agent(entrypoint)
         self.mode = mode
@@ -187,10 +190,12 @@ class Runner:
         }
 
     def _load_environment(self, entrypoint):
+        """What makes an instance of the environment: its class, or a Gymnasium wrapper maker."""
         if entrypoint.startswith("gymnasium:"):
             from studio_sdk import GymnasiumEnvironment
 
-            return GymnasiumEnvironment(entrypoint.split(":", 1)[1])
+            env_id = entrypoint.split(":", 1)[1]
+            return lambda: GymnasiumEnvironment(env_id)
         module_name, _, class_name = entrypoint.partition(":")
         if not module_name or not class_name:
             raise ContractError(f"entrypoint {entrypoint!r} is not 'module:Class' or 'gymnasium:<id>'")
@@ -199,7 +204,7 @@ class Runner:
             cls = getattr(module, class_name)
         except AttributeError:
             raise ContractError(f"{module_name}.py has no {class_name}") from None
-        return cls()
+        return cls
 
     def _load_agent(self, entrypoint):
         module_name = entrypoint.partition(":")[0]
@@ -210,26 +215,45 @@ class Runner:
             raise ContractError(f"{module_name}.py has no act(observation, info) function")
         return module
 
+    def _environment(self, message, op):
+        """The instance a request is for: its episode's (made on the episode's first reset), or the
+        one made at load when the request names no episode."""
+        episode = message.get("episode")
+        if episode is None:
+            return self.target
+        self._require("env", f"{op} of an episode")
+        if not isinstance(episode, str) or not episode or len(episode) > protocol.MAX_EPISODE_ID_CHARS:
+            raise ProtocolViolation(f"episode must be a string of 1 to {protocol.MAX_EPISODE_ID_CHARS} characters")
+        instance = self.episodes.get(episode)
+        if instance is None:
+            if op != "reset":
+                raise ProtocolViolation(f"{op} for episode {episode!r}, which has not been reset")
+            instance = self.make_environment()
+            self.episodes[episode] = instance
+        return instance
+
     def op_reset(self, message):
         task, seed = message.get("task") or {}, message.get("seed")
-        if self.mode == "agent":
+        if self.mode == "agent" and message.get("episode") is None:
             if callable(getattr(self.target, "reset", None)):
                 self.target.reset(task, seed)
             return None
-        observation = self.target.reset(task, seed)
+        env = self._environment(message, "reset")
+        observation = env.reset(task, seed)
         try:
-            action_space = self.json(getattr(self.target, "action_space", None), "action_space")
+            action_space = self.json(getattr(env, "action_space", None), "action_space")
         except Exception:
             action_space = None
         result = {
             "observation": protocol.bounded(self.json(observation, "reset() observation")),
             "action_space": action_space,
         }
-        return self._with_artifact(result)
+        return self._with_artifact(env, result)
 
     def op_step(self, message):
         self._require("env", "step")
-        result = self.target.step(message.get("action"))
+        env = self._environment(message, "step")
+        result = env.step(message.get("action"))
         if not isinstance(result, (tuple, list)) or len(result) != 5:
             got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
             raise ContractError(
@@ -242,6 +266,7 @@ class Runner:
             raise ContractError(f"step() reward must be a number, got {type(reward).__name__}") from None
         info = self.json(info, "step() info") if info is not None else {}
         return self._with_artifact(
+            env,
             {
                 "observation": protocol.bounded(self.json(observation, "step() observation")),
                 "reward": reward if reward == reward and abs(reward) != float("inf") else None,
@@ -251,9 +276,9 @@ class Runner:
             }
         )
 
-    def _with_artifact(self, result):
+    def _with_artifact(self, env, result):
         """Add the env's side result of this call (`take_artifact()`: a screenshot) when it has one."""
-        take = getattr(self.target, "take_artifact", None)
+        take = getattr(env, "take_artifact", None)
         if not callable(take):
             return result
         artifact = take()
@@ -267,7 +292,7 @@ class Runner:
 
     def op_verify(self, message):
         self._require("env", "verify")
-        verify = getattr(self.target, "verify", None)
+        verify = getattr(self._environment(message, "verify"), "verify", None)
         if not callable(verify):
             return {"reward": None, "reason": "the environment has no verify()"}
         result = verify()
@@ -286,6 +311,18 @@ class Runner:
         self._require("agent", "act")
         action = self.target.act(message.get("observation"), message.get("info") or {})
         return self.json(action, "act() action")
+
+    def op_end(self, message):
+        """End one episode of a shared sandbox: close its instance and let it go (ending twice is fine)."""
+        self._require("env", "end")
+        episode = message.get("episode")
+        if not isinstance(episode, str) or not episode:
+            raise ProtocolViolation("end needs an episode")
+        instance = self.episodes.pop(episode, None)
+        close = getattr(instance, "close", None)
+        if callable(close):
+            close()
+        return None
 
     def op_close(self, message):
         close = getattr(self.target, "close", None) if self.mode == "env" else None

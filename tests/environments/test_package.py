@@ -14,7 +14,9 @@ from environments.package import (
     MAX_ARCHIVE_BYTES,
     InvalidPackage,
     PackageProblem,
+    DEFAULT_CONCURRENT_SESSIONS,
     build_zip,
+    concurrent_sessions_of,
     content_hash,
     parse_manifest,
     parse_tasks,
@@ -247,6 +249,36 @@ def test_all_problems_are_returned_not_just_the_first():
     assert sorted(where(validate_package(files)), key=str) == sorted(
         [("environment.toml", 5), ("env.py", None), ("util.py", 1), ("tasks.jsonl", 2)], key=str
     )
+
+
+@pytest.mark.parametrize("value", ["0", "4097", "2.5", '"8"', "true"])
+def test_concurrent_sessions_out_of_range_points_at_its_line(value):
+    text = MANIFEST + f"concurrent_sessions = {value}\n[limits]\nmemory_mb = 128\n"
+    problem = only_problem(package(environment_dot_toml=text))
+    assert (problem.file, problem.line) == ("environment.toml", 4)
+    assert "'concurrent_sessions' must be an integer from 1 to 4096" in problem.reason
+
+
+def test_concurrent_sessions_under_limits_is_refused_with_where_it_belongs():
+    text = MANIFEST + "[limits]\nmemory_mb = 128\nconcurrent_sessions = 64\n"
+    problem = only_problem(package(environment_dot_toml=text))
+    assert (problem.file, problem.line) == ("environment.toml", 6)
+    assert "top level" in problem.reason
+
+
+def test_concurrent_sessions_is_for_python_environments():
+    text = MANIFEST.replace('"python"', '"browser"') + "concurrent_sessions = 8\n"
+    problems = validate_package(package(environment_dot_toml=text, site__index_dot_html="<p>hi</p>"))
+    assert [(p.file, p.line) for p in problems] == [("environment.toml", 4)]
+    assert "browser environment has one sandbox per episode" in problems[0].reason
+
+
+def test_concurrent_sessions_defaults_to_one_sandbox_per_episode():
+    assert parse_manifest(package())["concurrent_sessions"] == DEFAULT_CONCURRENT_SESSIONS == 1
+    shared = parse_manifest(package(environment_dot_toml=MANIFEST + "concurrent_sessions = 4096\n"))
+    assert shared["concurrent_sessions"] == 4096
+    # A manifest stored before the key existed.
+    assert concurrent_sessions_of({"name": "old"}) == 1 and concurrent_sessions_of(shared) == 4096
 
 
 def test_parse_manifest_fills_defaults():

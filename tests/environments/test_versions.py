@@ -55,6 +55,24 @@ def test_commit_refuses_invalid_files_naming_file_and_line(environment, owner):
     assert not environment.versions.exists()
 
 
+def test_commit_refuses_a_bad_concurrent_sessions_naming_its_line(environment, owner):
+    manifest = environment.draft.files["environment.toml"]
+    lines = manifest.splitlines()
+    # Top level: before the first [table].
+    first_table = next((i for i, line in enumerate(lines) if line.startswith("[")), len(lines))
+    lines.insert(first_table, "concurrent_sessions = 0")
+    services.draft_save_file(
+        environment=environment, actor=owner, path="environment.toml", content="\n".join(lines) + "\n",
+        expected_revision=environment.draft.revision,
+    )
+    with pytest.raises(services.InvalidVersion) as caught:
+        services.version_commit(environment=environment, actor=owner, message="shared")
+    assert [str(p) for p in caught.value.problems] == [
+        f"environment.toml line {first_table + 1}: 'concurrent_sessions' must be an integer from 1 to 4096, not 0"
+    ]
+    assert not environment.versions.exists()
+
+
 def test_commit_needs_a_message(environment, owner):
     with pytest.raises(services.InvalidInput, match="message"):
         services.version_commit(environment=environment, actor=owner, message="  ")

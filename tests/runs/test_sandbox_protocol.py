@@ -102,6 +102,68 @@ def test_runner_answers_every_request_and_refuses_bad_ones(tmp_path):
     assert "noise on stdout" in stderr
 
 
+def test_runner_keeps_one_instance_per_episode_until_it_ends(tmp_path):
+    (tmp_path / "env.py").write_text(
+        textwrap.dedent(
+            """
+            made = []
+
+            class Env:
+                def __init__(self):
+                    made.append(self)
+                    self.n = 0
+
+                def reset(self, task, seed):
+                    self.n = seed
+                    return {"n": self.n, "instances": len(made)}
+
+                def step(self, action):
+                    if action == "boom":
+                        raise ValueError("boom")
+                    self.n += action
+                    return self.n, 1, 0, 0, None
+
+                def verify(self):
+                    return self.n, f"n={self.n}"
+
+                def close(self):
+                    print("closed", self.n)
+            """
+        )
+    )
+    answers, stderr = _talk(
+        tmp_path,
+        [
+            b'{"op": "load", "mode": "env", "entrypoint": "env:Env"}\n',
+            b'{"op": "reset", "task": {}, "seed": 10, "episode": "a"}\n',
+            b'{"op": "reset", "task": {}, "seed": 20, "episode": "b"}\n',
+            b'{"op": "step", "action": 1, "episode": "a"}\n',
+            b'{"op": "step", "action": "boom", "episode": "b"}\n',
+            b'{"op": "step", "action": 2, "episode": "b"}\n',
+            b'{"op": "verify", "episode": "a"}\n',
+            b'{"op": "end", "episode": "a"}\n',
+            b'{"op": "end", "episode": "a"}\n',
+            b'{"op": "reset", "task": {}, "seed": 1}\n',
+            b'{"op": "step", "action": 5}\n',
+            b'{"op": "step", "action": 1, "episode": "a"}\n',
+        ],
+    )
+    results = [answer.get("result") for answer in answers]
+    assert results[0]["python"].startswith("3.11")
+    # One instance at load, then one for each episode at its first reset.
+    assert results[1]["observation"] == {"n": 10, "instances": 2}
+    assert results[2]["observation"] == {"n": 20, "instances": 3}
+    assert results[3]["observation"] == 11
+    assert answers[4] == {"ok": False, "error": "ValueError: boom (env.py line 15)", "kind": "exception"}
+    assert results[5]["observation"] == 22
+    assert results[6] == {"reward": 11.0, "reason": "n=11"}
+    assert answers[7] == answers[8] == {"ok": True, "result": None}
+    assert "closed 11" in stderr and stderr.count("closed") == 1
+    # Requests without an episode use the instance made at load, as before.
+    assert results[9]["observation"] == {"n": 1, "instances": 3} and results[10]["observation"] == 6
+    assert answers[11] == {"ok": False, "error": "step for episode 'a', which has not been reset", "kind": "protocol"}
+
+
 AGENT = textwrap.dedent(
     """
     calls = []
