@@ -184,7 +184,7 @@ class EpisodeHost:
         driver = message.get("driver") or "session"
         setup = episode_setup(rollout=rollout, driver=driver)
         sandbox = None
-        if self.sandbox_pool is not None and setup.kind == "python":
+        if self.sandbox_pool is not None and setup.kind == "python" and setup.concurrent_sessions == 1:
             with self.sandbox_pool_lock:
                 sandbox = self.sandbox_pool.acquire()
         try:

@@ -20,6 +20,7 @@ from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus
 from ..sandbox import SandboxError, SandboxTimeout, UserCodeError
 from ..sandbox.backends import sandbox_for
+from ..sandbox.shared import SharedKey, shared_sandboxes
 from .setup import EpisodeSetup
 from .writer import LostOwnership, StepWriter
 
@@ -147,9 +148,17 @@ def close_browser_pool() -> None:
 
 def episode_sandbox(setup: EpisodeSetup):
     """The sandbox an episode of this set-up runs in: browser environments need Chromium, which only
-    the process backend hosts; others use the configured backend."""
+    the process backend hosts; versions with `concurrent_sessions > 1` share runner processes;
+    others get a sandbox of their own from the configured backend."""
     if setup.kind == "browser":
         return browser_sandbox()
+    if setup.concurrent_sessions > 1:
+        # The version declares its episodes may share a runner process (one instance each).
+        version = setup.version
+        return shared_sandboxes.sandbox(
+            key=SharedKey(team_id=version.environment.team_id, content_hash=version.content_hash, label=version.label),
+            capacity=setup.concurrent_sessions, backend=settings.SANDBOX_BACKEND, episode=f"rollout-{setup.rollout.pk}",
+        )
     return sandbox_for(settings.SANDBOX_BACKEND)
 
 

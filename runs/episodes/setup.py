@@ -2,13 +2,14 @@
 sandbox kind and the facts needed to reproduce it. One definition for every driver."""
 import dataclasses
 
+from environments.package import DEFAULT_MAX_STEPS, concurrent_sessions_of
+
 from ..models import Rollout
 from ..sandbox import SandboxLimits
 
 # Run limits a run may set on top of the version's [limits] table.
 RUN_LIMIT_KEYS = ("step_timeout_s", "episode_timeout_s", "verify_timeout_s", "memory_mb", "max_steps")
 DEFAULT_VERIFY_TIMEOUT_S = 30.0
-DEFAULT_MAX_STEPS = 200
 
 
 class TaskMissing(Exception):
@@ -89,6 +90,6 @@ def episode_setup(*, rollout: Rollout, driver: str) -> EpisodeSetup:
         max_steps=int(limits["max_steps"]),
         verify_timeout_s=float(limits.get("verify_timeout_s") or DEFAULT_VERIFY_TIMEOUT_S),
         kind=manifest.get("kind") or "python",
-        concurrent_sessions=int(manifest.get("concurrent_sessions") or 1),
+        concurrent_sessions=concurrent_sessions_of(manifest),
         reproduction=reproduction,
     )

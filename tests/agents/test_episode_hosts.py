@@ -189,3 +189,24 @@ def test_the_step_routes_over_http_answer_like_the_documented_api(asgi_server, t
     assert crash.status_code == 409 and "ValueError" in crash.json()["detail"]
     assert http.post("/sessions/step", json={"steps": []}).status_code == 422
     http.close()
+
+
+@pytest.mark.usefixtures("episode_host")
+def test_sessions_of_a_version_declaring_concurrent_sessions_share_one_sandbox_process(owner_api, team, owner):
+    from environments import services as env_services
+
+    files = {"environment.toml": 'name = "shared"\nkind = "python"\nentrypoint = "env:Env"\nconcurrent_sessions = 8\n',
+             "env.py": __import__("textwrap").dedent(COUNTER), "tasks.jsonl": '{"id": "t1"}\n'}
+    env = env_services.environment_create(team=team, actor=owner, name="shared", slug="shared", files=files)
+    env_services.version_commit(environment=env, actor=owner, message="shared", files=files)
+    first, second = (open_session(owner_api, version="shared@1")["session_id"] for _ in range(2))
+    assert owner_api.post(f"/sessions/{first}/step", {"action": 5}).json()["observation"] == {"n": 5}
+    assert owner_api.post(f"/sessions/{second}/step", {"action": 2}).json()["observation"] == {"n": 2}
+    crashed = owner_api.post(f"/sessions/{second}/step", {"action": "x"})  # its own error, not the other's
+    assert crashed.status_code == 409
+    assert owner_api.post(f"/sessions/{first}/step", {"action": 1}).json()["observation"] == {"n": 6}
+    closed = owner_api.post(f"/sessions/{first}/close").json()
+    assert closed["status"] == "succeeded"
+    facts = [Rollout.objects.get(pk=closed["rollout_id"]).reproduction["sandbox"],
+             Rollout.objects.filter(status=RolloutStatus.ERRORED).get().reproduction["sandbox"]]
+    assert all(f["shared"] is True and f["capacity"] == 8 for f in facts)

@@ -238,3 +238,21 @@ def test_cancelled_run_never_starts_its_queued_rollouts(team, owner):
     rollouts = play_run(run)
     assert {r.status for r in rollouts} == {RolloutStatus.CANCELLED}
     assert all(r.step_count == 0 and r.attempts == 0 for r in rollouts)
+
+
+def test_worker_rollouts_of_a_concurrent_sessions_version_run_in_a_shared_sandbox(team, owner):
+    from environments import services as env_services
+
+    files = {
+        "environment.toml": 'name = "pair"\nkind = "python"\nentrypoint = "env:Env"\nmax_steps = 3\nconcurrent_sessions = 4\n',
+        "env.py": "class Env:\n    action_space = {'type': 'discrete', 'n': 2}\n"
+                  "    def reset(self, task, seed):\n        self.t = 0\n        return 0\n"
+                  "    def step(self, action):\n        self.t += 1\n        return self.t, 1.0, False, False, {}\n",
+        "tasks.jsonl": '{"id": "t1"}\n',
+    }
+    env = env_services.environment_create(team=team, actor=owner, name="pair", slug="pair", files=files)
+    version = env_services.version_commit(environment=env, actor=owner, message="shared", files=files)
+    rollout = play_one(team, owner, version, random_agent(team, owner))
+    assert rollout.status == "succeeded" and rollout.step_count == 3 and rollout.end_reason == "max_steps"
+    assert rollout.reproduction["sandbox"]["shared"] is True
+    assert rollout.steps.order_by("-index").first().truncated is True  # the studio's own limit says so
