@@ -155,6 +155,10 @@ def main():
     print(f"{'path':<58}{'steps/s':>12}{'vs bare':>12}")
     for name, rate, _elapsed in rows:
         print(f"{name:<58}{rate:>12,.0f}{bare / rate:>11.0f}x")
+    random_rate, scripted_rate = rows[2][1], rows[3][1]
+    print(f"targets: random agent >= 20,000 steps/s per worker: {'met' if random_rate >= 20000 else 'MISSED'}"
+          f" ({random_rate / ipc:.2f}x the sandbox IPC alone); scripted within 1.5x of random:"
+          f" {random_rate / scripted_rate:.2f}x {'met' if random_rate / scripted_rate <= 1.5 else 'MISSED'}")
 
     # Memory: the worker process across consecutive rollouts.
     samples = []
