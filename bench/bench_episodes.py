@@ -90,7 +90,7 @@ def free_port() -> int:
 
 def server_env(url: str, prefix: str) -> dict:
     return {**os.environ, "DATABASE_URL": url, "EPISODES_MAX_OPEN_PER_TEAM": "100000", "SESSION_IDLE_TIMEOUT_S": "600",
-            "DEBUG": "false", "LOG_LEVEL": "WARNING", "EPISODE_HOST_PREFIX": prefix,
+            "DEBUG": "false", "LOG_LEVEL": "WARNING", "EPISODE_HOST_PREFIX": prefix, "DB_POOL_MAX_SIZE": "8",
             "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret-key-" + "x" * 40), "ALLOWED_HOSTS": "127.0.0.1"}
 
 
@@ -205,12 +205,19 @@ def bare_sandbox_steps_per_s(steps: int = 5000) -> float:
 
 def open_many(apis: list[Api], version: str, count: int) -> list[str]:
     sids: list[str | None] = [None] * count
+    errors: list[str] = []
 
     def work(i):
         for position in range(i, count, len(apis)):
-            sids[position] = apis[i].open(version, position)
+            try:
+                sids[position] = apis[i].open(version, position)
+            except Exception as exc:  # noqa: BLE001 - reported below, with the server's answer
+                errors.append(getattr(getattr(exc, "response", None), "text", "") or repr(exc))
+                return
 
     in_threads(len(apis), work)
+    if errors:
+        raise SystemExit(f"{len(errors)} sessions could not be opened; first: {errors[0][:500]}")
     return sids
 
 

@@ -8,11 +8,11 @@ mkdir -p var
 .venv/bin/celery -A studio worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}" -Q "${CELERY_QUEUE:-studio}" \
   -n "worker-$PORT@%h" >"var/worker-$PORT.log" 2>&1 &
 WORKER=$!
-.venv/bin/python manage.py episode_host >"var/episode-host-$PORT.log" 2>&1 &
+DB_POOL_MAX_SIZE="${DB_POOL_MAX_SIZE:-10}" .venv/bin/python manage.py episode_host >"var/episode-host-$PORT.log" 2>&1 &
 EPISODE_HOST=$!
 trap 'kill $WORKER $EPISODE_HOST 2>/dev/null; wait $WORKER $EPISODE_HOST 2>/dev/null' EXIT INT TERM
 echo
 echo "  Environment Studio is running at http://$HOST:$PORT/"
 echo "  Demo login: demo / demo-password   (logs: var/worker-$PORT.log, var/episode-host-$PORT.log)"
 echo
-.venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning --ws-per-message-deflate false
+DB_POOL_MAX_SIZE="${DB_POOL_MAX_SIZE:-10}" .venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning --ws-per-message-deflate false

@@ -108,6 +108,15 @@ DATABASES = {
         conn_max_age=envint("DB_CONN_MAX_AGE", 0),
     )
 }
+# A process with many threads (web, episode host) shares at most this many connections among them
+# (psycopg's pool, through Django); 0: a connection per thread, as Django does by default.
+DB_POOL_MAX_SIZE = envint("DB_POOL_MAX_SIZE", 0)
+if DB_POOL_MAX_SIZE < 0:
+    raise ImproperlyConfigured("DB_POOL_MAX_SIZE must be 0 (no pool) or more")
+if DB_POOL_MAX_SIZE:
+    if DATABASES["default"]["CONN_MAX_AGE"]:
+        raise ImproperlyConfigured("DB_POOL_MAX_SIZE needs DB_CONN_MAX_AGE=0 (the pool keeps the connections)")
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_MAX_SIZE, "timeout": 60}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

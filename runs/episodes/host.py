@@ -139,7 +139,6 @@ class EpisodeHost:
     def _answer(self, message: dict) -> None:
         request_id = message.get("reply")
         try:
-            close_old_connections()
             result = self._handle(message)
             reply = {"ok": True, "result": result}
         except routing.HostError as exc:
@@ -147,6 +146,11 @@ class EpisodeHost:
         except Exception as exc:  # noqa: BLE001 - a bug must answer the caller, not leave it waiting
             logger.exception("episode host %s: %s failed", self.id, message.get("op"))
             reply = {"ok": False, "error": f"internal error in the episode host: {exc!r}", "status": 500}
+        finally:
+            # Steps touch no database; starts, closes and faults do. Hundreds of threads must not each
+            # keep a PostgreSQL connection open: hand it back once the operation is done.
+            if connection.connection is not None:
+                connection.close()
         if request_id:
             try:
                 routing.send_reply(self.redis, request_id, reply)
