@@ -6,7 +6,7 @@ from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from environments.models import EnvironmentVersion
 from studio.access import InvalidToken, reader_for, team_view
@@ -211,7 +211,7 @@ def agent_detail(request, agent_id):
     return render(request, "runs/agent.html", {"agent": agent, "runs": runs, "api_key_set": key_set})
 
 
-@require_GET
+@require_safe
 def artifact_serve(request, rollout_id, filename):
     """A step artifact (a screenshot), read from the artifact storage and sent only to members of the
     rollout's team: the session user, or a bearer token of that team. Anonymous pages go to the login

@@ -122,7 +122,8 @@ def test_a_screenshot_the_worker_writes_is_in_the_storage_and_every_viewer_gets_
 def test_members_get_the_artifact_from_the_storage_by_session_or_token(backend, running_rollout, owner, viewer, team):
     write_screenshot_step(running_rollout)
     url = f"/artifacts/rollouts/{running_rollout.pk}/00000.jpg"
-    for response in (login(owner).get(url), login(viewer).get(url), api_for(owner, team).client.get(url, headers=api_for(owner, team).headers)):
+    token = api_for(viewer, team)
+    for response in (login(owner).get(url), login(viewer).get(url), token.client.get(url, headers=token.headers)):
         assert response.status_code == 200
         assert response["Content-Type"] == "image/jpeg" and response.content == SCREENSHOT
         assert "private" in response["Cache-Control"]
