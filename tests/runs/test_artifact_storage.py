@@ -14,11 +14,12 @@ from moto.server import ThreadedMotoServer
 
 from runs import events, services
 from runs.artifacts import ARTIFACT_KEY, artifact_store, artifact_url
-from runs.engine import StepWriter
-from runs.models import RolloutStatus, Step
+from runs.episodes import StepWriter
+from runs.models import Rollout, RolloutStatus, Step
 from studio.settings import artifact_storage
 from tests.conftest import api_for, login
-from tests.runs.rollout_factories import demo_version, random_agent
+from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
+from tests.runs.rollout_factories import demo_version, package_version, random_agent
 
 SCREENSHOT = b"\xff\xd8\xff\xe0" + b"not really a JPEG, but bytes the studio must not alter " * 20
 S3_KEYS = {"S3_ACCESS_KEY_ID": "studio-test", "S3_SECRET_ACCESS_KEY": "studio-test-secret", "S3_REGION": "us-east-1"}
@@ -57,6 +58,7 @@ def backend(request, settings, monkeypatch, tmp_path):
     """The artifact storage configured from the environment, as at start; yields (kind, read(name) -> bytes)."""
     media = tmp_path / "media"
     settings.MEDIA_ROOT = str(media)
+    monkeypatch.setenv("MEDIA_ROOT", str(media))  # for the processes a test starts
     monkeypatch.setenv("ARTIFACT_STORAGE", request.param)
     bucket = None
     if request.param == "s3":
@@ -168,6 +170,49 @@ def test_a_name_is_never_written_twice_so_a_replaced_worker_cannot_cover_a_scree
     assert first == f"artifacts/rollouts/{running_rollout.pk}/00003.png" and second != first
     assert (read(first), read(second)) == (b"first", b"second")
     assert artifact_url(second).startswith(f"/artifacts/rollouts/{running_rollout.pk}/00003_")
+
+
+# A python environment that hands over a "screenshot" with each step, as browser environments do.
+SHOOTING_ENV = """
+import base64
+
+class Env:
+    action_space = {"type": "discrete", "n": 2}
+
+    def reset(self, task, seed):
+        self.n, self.shot = 0, None
+        return 0
+
+    def step(self, action):
+        self.n += 1
+        self.shot = {"type": "image/png", "base64": base64.b64encode(b"PNG of step %d" % self.n).decode()}
+        return self.n, 1.0, self.n >= 3, False, {}
+
+    def take_artifact(self):
+        shot, self.shot = self.shot, None
+        return shot
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_what_a_worker_process_stores_this_web_process_serves_to_the_team_only(
+    backend, celery_queue, celery_worker, team, owner, outsider
+):
+    kind, read = backend
+    version = package_version(team, owner, "shooting", SHOOTING_ENV)
+    run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), task_ids=["t1"], seeds=[0])
+    rollout = run.rollouts.get()
+    wait_for(lambda: Rollout.objects.get(pk=rollout.pk).is_finished, 60, "the worker to finish the rollout")
+    steps = list(Step.objects.filter(rollout=rollout).order_by("index"))
+    assert [s.artifact.name for s in steps] == [f"artifacts/rollouts/{rollout.pk}/{i:05d}.png" for i in range(3)]
+    member, stranger = login(owner), login(outsider)
+    for i, step in enumerate(steps):
+        assert read(step.artifact.name) == b"PNG of step %d" % (i + 1)
+        served = member.get(step.artifact.url)
+        assert served.status_code == 200 and served.content == b"PNG of step %d" % (i + 1)
+        assert served["Content-Type"] == "image/png"
+        assert stranger.get(step.artifact.url).status_code == 404
 
 
 @pytest.mark.parametrize(
