@@ -13,7 +13,8 @@ import os
 import threading
 
 from channels.layers import get_channel_layer
-from django.conf import settings
+
+from .artifacts import artifact_url
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def step_json(step: dict) -> dict:
     """The viewer's shape of a published step dict or a DB row (whose `artifact` is a storage path)."""
     out = {field: step.get(field) for field in STEP_FIELDS}
     artifact = step.get("artifact")
-    out["artifact_url"] = step.get("artifact_url") or (settings.MEDIA_URL + artifact if artifact else None)
+    out["artifact_url"] = artifact_url(str(artifact)) if artifact else None
     return out
 
 

@@ -1,9 +1,9 @@
 from datetime import datetime
 from typing import Any, Literal
 
-from django.conf import settings
 from ninja import Field, Schema
 
+from .artifacts import artifact_url
 from .models import Step
 
 
@@ -104,9 +104,7 @@ class StepOut(Schema):
     @staticmethod
     def resolve_artifact_url(step):
         artifact = step.artifact if isinstance(step, Step) else step.get("artifact")
-        if not artifact:
-            return None
-        return artifact.url if hasattr(artifact, "url") else settings.MEDIA_URL + str(artifact)
+        return artifact_url(str(artifact)) if artifact else None
 
 
 class StepPage(Schema):

@@ -28,6 +28,15 @@ def rollout_get(*, team, rollout_id: int) -> Rollout:
     )
 
 
+def rollout_get_for_reader(*, user, rollout_id: int, team=None) -> Rollout:
+    """A rollout of one of the user's teams (of `team` only, for a token), or 404: another team's
+    rollout looks like none."""
+    rollouts = Rollout.objects.filter(team__memberships__user=user)
+    if team is not None:
+        rollouts = rollouts.filter(team=team)
+    return get_object_or_404(rollouts, pk=rollout_id)
+
+
 def rollout_steps(*, rollout, after_index: int | None = None):
     """Stored steps in order; `after_index` gives only the later ones (a late viewer catching up)."""
     steps = Step.objects.filter(rollout=rollout).order_by("index")

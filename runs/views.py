@@ -1,19 +1,20 @@
 """Pages for agents, runs and rollouts."""
 from django.contrib import messages
-from django.http import JsonResponse
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpResponse, JsonResponse
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from environments.models import EnvironmentVersion
-from studio.access import team_view
+from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
 from studio.errors import DomainError
 
-from . import events, selectors, services
+from . import artifacts, events, selectors, services
 from .forms import AgentForm, RunForm
 from .models import FINISHED_ROLLOUT_STATUSES, Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 
@@ -208,3 +209,25 @@ def agent_detail(request, agent_id):
 
     key_set = AgentSecret.objects.filter(agent=agent).exclude(api_key="").exists()
     return render(request, "runs/agent.html", {"agent": agent, "runs": runs, "api_key_set": key_set})
+
+
+@require_safe
+def artifact_serve(request, rollout_id, filename):
+    """A step artifact (a screenshot), read from the artifact storage and sent only to members of the
+    rollout's team: the session user, or a bearer token of that team. Anonymous pages go to the login
+    page; another team's artifact, or a missing one, is a 404."""
+    try:
+        user, team = reader_for(request)
+    except InvalidToken:
+        return JsonResponse({"detail": "Missing or invalid token. Send `Authorization: Bearer <token>`."}, status=401)
+    if user is None:
+        return redirect_to_login(request.get_full_path())
+    selectors.rollout_get_for_reader(user=user, team=team, rollout_id=rollout_id)
+    try:
+        data, content_type = artifacts.artifact_read(rollout_id=rollout_id, filename=filename)
+    except artifacts.ArtifactNotFound:
+        raise Http404("No such artifact") from None
+    response = HttpResponse(data, content_type=content_type)
+    # A stored name is never written twice (see artifact_storage in settings), but only members may keep a copy.
+    response["Cache-Control"] = "private, max-age=86400"
+    return response

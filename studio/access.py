@@ -6,6 +6,26 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from .models import Membership
+from .services import token_authenticate
+
+
+class InvalidToken(Exception):
+    """A bearer token was given but is unknown, revoked or its user left the team."""
+
+
+def reader_for(request):
+    """(user, team) of whoever asks: a bearer token's user and its one team (programs), the session's
+    user and None for any team of theirs (pages), or (None, None). A token that is given but not valid
+    raises InvalidToken instead of falling back to the session, as on websockets (studio/ws_auth.py)."""
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and raw.strip():
+        token = token_authenticate(raw.strip())
+        if token is None:
+            raise InvalidToken
+        return token.user, token.team
+    if request.user.is_authenticated:
+        return request.user, None
+    return None, None
 
 
 def membership_for(user, team_slug: str) -> Membership:

@@ -46,6 +46,48 @@ def envfloat(name: str, default: float) -> float:
     return number
 
 
+def envchoice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default)
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def artifact_storage() -> dict:
+    """The STORAGES entry for step artifacts (screenshots): files under MEDIA_ROOT, or an S3-compatible
+    bucket (ARTIFACT_STORAGE=s3) that workers and web processes on different hosts share.
+
+    Either way the files are served only by the team-checked artifact view (runs/artifacts.py):
+    the backend's own url() (a public path, a presigned link) is never handed out."""
+    if envchoice("ARTIFACT_STORAGE", "filesystem", ("filesystem", "s3")) == "filesystem":
+        return {"BACKEND": "runs.artifacts.FileSystemArtifactStorage"}
+    bucket = envstr("S3_BUCKET", "")
+    if not bucket:
+        raise ImproperlyConfigured("ARTIFACT_STORAGE=s3 needs S3_BUCKET")
+    endpoint = envstr("S3_ENDPOINT_URL", "") or None
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"S3_ENDPOINT_URL must be an http(s) URL, got {endpoint!r}")
+    access_key, secret_key = envstr("S3_ACCESS_KEY_ID", "") or None, envstr("S3_SECRET_ACCESS_KEY", "") or None
+    if bool(access_key) != bool(secret_key):
+        raise ImproperlyConfigured("S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY go together (or neither, for boto3's own lookup)")
+    return {
+        "BACKEND": "runs.artifacts.S3ArtifactStorage",
+        "OPTIONS": {
+            "bucket_name": bucket,
+            "endpoint_url": endpoint,
+            "access_key": access_key,
+            "secret_key": secret_key,
+            "region_name": envstr("S3_REGION", "us-east-1"),
+            # MinIO and most self-hosted stores answer at one host name: bucket in the path, not the host.
+            "addressing_style": "path" if endpoint else None,
+            "default_acl": None,
+            # Never overwrite, as on the file system: a worker presumed dead and replaced must not put its
+            # screenshot over the new attempt's (a taken name gets a suffix; the step row keeps the real one).
+            "file_overwrite": False,
+        },
+    }
+
+
 DEBUG = envbool("DEBUG", True)
 SECRET_KEY = envstr("SECRET_KEY", "dev-only-insecure-key-change-me-in-production-0123456789")
 if not DEBUG and SECRET_KEY.startswith("dev-only"):
@@ -155,8 +197,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
-MEDIA_URL = "media/"
 MEDIA_ROOT = Path(envstr("MEDIA_ROOT", str(BASE_DIR / "media")))
+# "default" is the artifacts' storage too: Step.artifact is a FileField, whose storage is the default one.
+STORAGES = {
+    "default": artifact_storage(),
+    "artifacts": artifact_storage(),
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 25 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 25 * 1024 * 1024

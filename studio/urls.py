@@ -1,8 +1,8 @@
-from django.conf import settings
-from django.conf.urls.static import static
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+
+from runs import views as runs_views
 
 from . import views
 from .api import api
@@ -25,6 +25,6 @@ urlpatterns = [
     path("t/<slug:team>/", include("runs.play_urls")),
     path("t/<slug:team>/environments/", include("environments.urls")),
     path("t/<slug:team>/", include("runs.urls")),
+    # Outside /t/<team>/ so that storage.url(name) needs no lookup; the view checks the rollout's team.
+    path("artifacts/rollouts/<int:rollout_id>/<str:filename>", runs_views.artifact_serve, name="artifact"),
 ]
-if settings.DEBUG:
-    urlpatterns += static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT)

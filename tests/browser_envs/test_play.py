@@ -22,6 +22,7 @@ def test_author_plays_the_form_from_the_page_and_gets_a_verified_human_rollout(t
     page_url = started["Location"]
     page = client.get(page_url)
     assert page.status_code == 200 and b"[1] input[text] name=name" in page.content
+    assert b'src="/artifacts/rollouts/' in page.content  # the first screenshot, through the team-checked view
 
     def act(action):
         response = client.post(page_url + "act/", json.dumps(action), content_type="application/json")
@@ -32,7 +33,7 @@ def test_author_plays_the_form_from_the_page_and_gets_a_verified_human_rollout(t
     act({"action": "fill", "selector": "input[name=email]", "value": "ada@example.org"})
     submitted = act({"action": "click", "selector": "button[type=submit]"})
     assert submitted["observation"]["title"] == "Welcome"
-    assert submitted["artifact_url"]
+    assert submitted["artifact_url"].startswith("/artifacts/rollouts/")
     assert act({"action": "done", "answer": "signed up"})["done"] is True
 
     finished = client.post(page_url + "finish/")

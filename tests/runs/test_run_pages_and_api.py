@@ -156,5 +156,5 @@ def test_steps_carry_the_url_of_their_screenshot(owner_api, finished_run):
     rollout = finished_run.rollouts.first()
     Step.objects.filter(rollout=rollout, index=0).update(artifact="artifacts/rollouts/1/00000.jpg")
     steps = owner_api.get(f"/rollouts/{rollout.pk}/steps", {"limit": 2}).json()["steps"]
-    assert steps[0]["artifact_url"] == "/media/artifacts/rollouts/1/00000.jpg"
+    assert steps[0]["artifact_url"] == "/artifacts/rollouts/1/00000.jpg"
     assert steps[1]["artifact_url"] is None
