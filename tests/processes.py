@@ -156,7 +156,9 @@ def episode_host(django_db_setup, django_db_blocker, episode_host_prefix, tmp_pa
     """One episode host for the test session (interactive tests need `transaction=True` data)."""
     with django_db_blocker.unblock():
         db_url = database_url()
-    proc = start_episode_host(tmp_path_factory.mktemp("host") / "host.log", prefix=episode_host_prefix, db_url=db_url)
+    folder = tmp_path_factory.mktemp("host")
+    proc = start_episode_host(folder / "host.log", prefix=episode_host_prefix, db_url=db_url,
+                              env={"MEDIA_ROOT": str(folder / "media")})
     yield proc
     kill_group(proc)
 
