@@ -112,11 +112,11 @@ def start_web(url: str, prefix: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit("uvicorn did not start")
 
 
-def start_host(url: str, prefix: str) -> subprocess.Popen:
+def start_host(url: str, prefix: str, threads: int = 64) -> subprocess.Popen:
     import redis
     from django.conf import settings
 
-    proc = subprocess.Popen([sys.executable, "manage.py", "episode_host", "--threads", "128"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "manage.py", "episode_host", "--threads", str(threads)], cwd=ROOT,
                             env=server_env(url, prefix), stdout=subprocess.DEVNULL)
     client = redis.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
     deadline = time.monotonic() + 30
@@ -150,6 +150,30 @@ def tree_rss_mb(pid: int) -> float:
             pass
         todo.extend(children.get(current, []))
     return total / (1024 * 1024)
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process and its live descendants."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            stats[int(entry)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        fields = stats.get(current)
+        if fields:
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        todo.extend(children.get(current, []))
+    return total
 
 
 class Api:
@@ -287,6 +311,7 @@ def main():
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--web", type=int, default=2)
     parser.add_argument("--client-processes", type=int, default=4)
+    parser.add_argument("--host-threads", type=int, default=64)
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     args = parser.parse_args()
 
@@ -303,7 +328,7 @@ def main():
     token, version, shared_version = create_fixtures(max(shared_levels, default=0) // 8 if shared_levels else 0)
     prefix = f"bench-{os.getpid()}"
     webs = [start_web(args.database_url, prefix) for _ in range(args.web)]
-    host = start_host(args.database_url, prefix)
+    host = start_host(args.database_url, prefix, args.host_threads)
     try:
         bare = bare_sandbox_steps_per_s()
         api = Api(webs[0][1], token)
@@ -331,7 +356,12 @@ def main():
                   f"{row['p99']:>8.2f} {row['steps_s']:>8.0f}")
 
         sids = open_many(apis, version, args.clients)
+        servers = [host.pid] + [proc.pid for proc, _ in webs]
+        cpu_before = [tree_cpu_s(pid) for pid in servers]
         concurrent = concurrent_steps_per_s([w[1] for w in webs], token, sids, args.client_processes)
+        cpu_used = [tree_cpu_s(pid) - before for pid, before in zip(servers, cpu_before)]
+        server_cpu_ms = sum(cpu_used) * 1000 / (concurrent * 5.0)
+        host_cpu_ms = cpu_used[0] * 1000 / (concurrent * 5.0)
         batches = 100
         started = time.perf_counter()
         for _ in range(batches):
@@ -342,7 +372,9 @@ def main():
             apis[0].close_session(sid)
         print("\nAggregate stepping")
         print(f"  {args.clients} concurrent clients: {concurrent:>8,.0f} steps/s   target >= 5,000 "
-              f"{'OK' if concurrent >= 5000 else 'MISSED'}   ({concurrent / bare:.2f}x the bare sandbox loop)")
+              f"{'OK' if concurrent >= 5000 else 'MISSED'}   ({concurrent / bare:.2f}x the bare sandbox loop)"
+              f"   server CPU {server_cpu_ms:.2f} ms a step"
+              f" (host + sandboxes {host_cpu_ms:.2f}, web {server_cpu_ms - host_cpu_ms:.2f})")
         print(f"  batches of 64 from one client: {batched:>8,.0f} steps/s   target >= 20,000 "
               f"{'OK' if batched >= 20000 else 'MISSED'}   ({batched / bare:.2f}x the bare sandbox loop)")
         for api_ in apis:

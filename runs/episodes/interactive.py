@@ -118,11 +118,34 @@ def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
     try:
         return routing.call(message={**message, "episode": episode_id, "team": team.pk}, host_id=host_id, timeout_s=timeout_s)
     except routing.HostUnavailable as exc:
-        routing.route_forget(episode_id)
-        rollout = Rollout.objects.filter(pk=rollout_id).first()
-        if rollout is not None:
-            rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
-        raise EpisodeHostUnavailable(str(exc)) from None
+        raise _host_lost(episode_id=episode_id, rollout_id=rollout_id, exc=exc) from None
+    except routing.HostError as exc:
+        if exc.status == 404:
+            routing.route_forget(episode_id)
+        raise _domain_error(exc) from None
+
+
+def _host_lost(*, episode_id: str, rollout_id: int, exc: routing.HostUnavailable) -> EpisodeHostUnavailable:
+    """The host holding the episode stopped: end its rollout with the reason now, not at the next sweep."""
+    routing.route_forget(episode_id)
+    rollout = Rollout.objects.filter(pk=rollout_id).first()
+    if rollout is not None:
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+    return EpisodeHostUnavailable(str(exc))
+
+
+async def episode_step_remote_async(*, team, episode_id: str, action) -> dict:
+    """`episode_step_remote` on an event loop: the same route check, request and errors, awaited."""
+    from asgiref.sync import sync_to_async
+
+    route = await routing.aroute_of(str(episode_id))
+    if route is None or route[1] != team.pk:
+        raise EpisodeNotFound("No open episode with this id (closed, timed out, or never opened).")
+    message = {"op": "step", "action": action, "episode": episode_id, "team": team.pk}
+    try:
+        return await routing.acall(message=message, host_id=route[0], timeout_s=_step_timeout_s())
+    except routing.HostUnavailable as exc:
+        raise await sync_to_async(_host_lost)(episode_id=episode_id, rollout_id=route[2], exc=exc) from None
     except routing.HostError as exc:
         if exc.status == 404:
             routing.route_forget(episode_id)

@@ -79,18 +79,31 @@ def host_is_alive(host_id: str) -> bool:
     return bool(client().exists(host_alive_key(host_id)))
 
 
+def _request(message: dict, host_id: str | None) -> tuple[str, str, str]:
+    """(queue, reply key, JSON payload) of one request."""
+    request_id = uuid.uuid4().hex
+    payload = json.dumps({**message, "reply": request_id}, separators=(",", ":"), allow_nan=False)
+    return (host_queue(host_id) if host_id else start_queue()), reply_key(request_id), payload
+
+
+NO_HOST = "No episode host is running (start one with `manage.py episode_host`)."
+
+
+def _lost(host_id: str | None) -> HostUnavailable:
+    if host_id is None:
+        return HostUnavailable("No episode host is running any more (the one taking this request stopped).")
+    return HostUnavailable(f"The episode host holding this episode ({host_id}) stopped.")
+
+
 def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     """Send `message` to `host_id` (None: to whichever host takes the next start) and wait for its
     reply. Raises HostUnavailable when the host is gone (or none runs), HostError for refusals."""
     r = client()
-    request_id = uuid.uuid4().hex
-    message = {**message, "reply": request_id}
     if host_id is None and not live_hosts():
-        raise HostUnavailable("No episode host is running (start one with `manage.py episode_host`).")
-    queue = host_queue(host_id) if host_id else start_queue()
-    r.rpush(queue, json.dumps(message, separators=(",", ":"), allow_nan=False))
+        raise HostUnavailable(NO_HOST)
+    queue, key, payload = _request(message, host_id)
+    r.rpush(queue, payload)
     deadline = time.monotonic() + timeout_s
-    key = reply_key(request_id)
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -98,10 +111,51 @@ def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
         found = r.blpop([key], timeout=min(1.0, max(remaining, 0.01)))
         if found is not None:
             return _unwrap(json.loads(found[1]))
-        if host_id is not None and not host_is_alive(host_id):
-            raise HostUnavailable(f"The episode host holding this episode ({host_id}) stopped.")
-        if host_id is None and not live_hosts():
-            raise HostUnavailable("No episode host is running any more (the one taking this request stopped).")
+        if not (host_is_alive(host_id) if host_id else live_hosts()):
+            raise _lost(host_id)
+
+
+# -- the same, for code on an event loop (the ASGI fast path of session steps) --------------------
+
+_async_clients: dict[tuple[int, str], "redis.asyncio.Redis"] = {}
+
+
+def async_client():
+    """A redis.asyncio client for the running event loop."""
+    import asyncio
+
+    import redis.asyncio
+
+    key = (id(asyncio.get_running_loop()), settings.EPISODE_HOST_REDIS_URL)
+    found = _async_clients.get(key)
+    if found is None:
+        found = _async_clients[key] = redis.asyncio.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
+    return found
+
+
+async def acall(*, message: dict, host_id: str, timeout_s: float) -> dict:
+    """`call` to a known host, awaited on the event loop instead of blocking a thread."""
+    r = async_client()
+    queue, key, payload = _request(message, host_id)
+    await r.rpush(queue, payload)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
+        found = await r.blpop([key], timeout=min(1.0, max(remaining, 0.01)))
+        if found is not None:
+            return _unwrap(json.loads(found[1]))
+        if not await r.exists(host_alive_key(host_id)):
+            raise _lost(host_id)
+
+
+async def aroute_of(episode_id: str) -> tuple[str, int, int] | None:
+    found = _route_cache.get(episode_id)
+    if found is not None:
+        return found
+    raw = await async_client().get(route_key(episode_id))
+    return None if raw is None else _remember(episode_id, raw)
 
 
 def _unwrap(reply: dict) -> dict:
@@ -135,8 +189,10 @@ def route_of(episode_id: str) -> tuple[str, int, int] | None:
     if found is not None:
         return found
     raw = client().get(route_key(episode_id))
-    if raw is None:
-        return None
+    return None if raw is None else _remember(episode_id, raw)
+
+
+def _remember(episode_id: str, raw: bytes) -> tuple[str, int, int]:
     host_id, team_id, rollout_id = raw.decode().rsplit("|", 2)
     found = (host_id, int(team_id), int(rollout_id))
     if len(_route_cache) > _ROUTE_CACHE_MAX:

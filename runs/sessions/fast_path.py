@@ -19,6 +19,7 @@ from studio.errors import DomainError
 
 import studio.api  # noqa: F401 - the project API first (its routers import this package)
 
+from ..episodes import interactive
 from . import services
 from .api import step_auth
 from .schemas import ActionIn, BatchStepIn, SessionStepOut
@@ -50,57 +51,95 @@ class SessionStepFastPath:
             return await self.app(scope, receive, send)
         body = await _read_body(receive)
         headers = dict(scope.get("headers") or [])
-        loop = asyncio.get_running_loop()
         try:
             if body is None:
                 raise _Refused(413, {"detail": f"The request body is over {MAX_BODY_BYTES} bytes."})
-            session_id = match.group("session_id") if match else None
-            status, payload = 200, await loop.run_in_executor(_pool, _serve, headers, body, session_id)
+            if match is not None:
+                status, payload = 200, await _one_step(headers, body, match.group("session_id"))
+            else:
+                status, payload = 200, await _in_thread(_batch, headers, body)
         except _Refused as refused:
             status, payload = refused.status, refused.body
         await _respond(send, status, payload)
 
 
-def _serve(headers: dict, body: bytes, session_id: str | None) -> dict:
+async def _in_thread(function, *args):
+    return await asyncio.get_running_loop().run_in_executor(_pool, _with_connection_returned, function, *args)
+
+
+def _with_connection_returned(function, *args):
     try:
-        return _serve_step(headers, body, session_id)
+        return function(*args)
     finally:
-        # A step touches the database only when its token is not cached: hand the connection back, so
-        # the pool's threads do not each hold one open.
+        # Only a token check or a batch touches the database: hand the connection back, so the
+        # pool's threads do not each hold one open.
         if connection.connection is not None:
             connection.close()
 
 
-def _serve_step(headers: dict, body: bytes, session_id: str | None) -> dict:
+async def _one_step(headers: dict, body: bytes, session_id: str) -> dict:
+    """A single step awaited on the event loop (no thread), once the token is known."""
+    request = _cached_request(headers)
+    if request is None:
+        request = await _in_thread(_authenticated, headers)
+    action = _parsed(body, ActionIn).action
+    try:
+        step = await interactive.episode_step_remote_async(team=request.team, episode_id=session_id, action=action)
+    except DomainError as exc:
+        raise _Refused(exc.status, _error_body(exc)) from None
+    return {name: step.get(name) for name in STEP_FIELDS}
+
+
+def _batch(headers: dict, body: bytes) -> dict:
     request = _authenticated(headers)
+    payload = _parsed(body, BatchStepIn)
+    try:
+        items = [(item.session_id, item.action) for item in payload.steps]
+        return {"results": services.session_steps(team=request.team, items=items)}
+    except DomainError as exc:
+        raise _Refused(exc.status, _error_body(exc)) from None
+
+
+def _parsed(body: bytes, schema):
     try:
         data = json.loads(body or b"{}")
     except ValueError as exc:
         raise _Refused(400, {"detail": f"The body is not JSON: {exc}"}) from None
     try:
-        if session_id is not None:
-            action = ActionIn.model_validate(data).action
-            step = services.session_step(team=request.team, session_id=session_id, action=action)
-            return {name: step.get(name) for name in STEP_FIELDS}
-        payload = BatchStepIn.model_validate(data)
-        items = [(item.session_id, item.action) for item in payload.steps]
-        return {"results": services.session_steps(team=request.team, items=items)}
+        return schema.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first.get("loc", ())) or None
         raise _Refused(422, {"detail": f"{field or 'input'}: {first.get('msg')}", "field": field}) from None
-    except DomainError as exc:
-        raise _Refused(exc.status, {"detail": exc.message, **({"field": exc.field} if exc.field else {})}) from None
 
 
-def _authenticated(headers: dict):
+def _error_body(exc: DomainError) -> dict:
+    return {"detail": exc.message, **({"field": exc.field} if exc.field else {})}
+
+
+def _token(headers: dict) -> str | None:
     scheme, _, token = (headers.get(b"authorization") or b"").decode("latin-1").partition(" ")
-    request = types.SimpleNamespace()
-    if scheme.lower() != "bearer" or not token or step_auth.authenticate(request, token.strip()) is None:
-        raise _Refused(401, {"detail": "Missing or invalid token. Send `Authorization: Bearer <token>`."})
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _permitted(request):
     if not request.membership.can("run"):
         raise _Refused(403, {"detail": f"Your role ({request.membership.role}) cannot do this."})
     return request
+
+
+def _cached_request(headers: dict):
+    token, request = _token(headers), types.SimpleNamespace()
+    if token is None or step_auth.cached(request, token) is None:
+        return None
+    return _permitted(request)
+
+
+def _authenticated(headers: dict):
+    token, request = _token(headers), types.SimpleNamespace()
+    if token is None or step_auth.authenticate(request, token) is None:
+        raise _Refused(401, {"detail": "Missing or invalid token. Send `Authorization: Bearer <token>`."})
+    return _permitted(request)
 
 
 async def _read_body(receive) -> bytes | None:
