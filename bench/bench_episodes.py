@@ -121,7 +121,7 @@ def start_host(url: str, prefix: str, threads: int = 64) -> subprocess.Popen:
     client = redis.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if client.keys(f"{prefix}:eh:alive:*"):
+        if client.zrange(f"{prefix}:eh:hosts", 0, -1):
             return proc
         time.sleep(0.1)
     proc.kill()

@@ -145,7 +145,7 @@ def start_episode_host(log_path: Path, *, prefix: str, db_url: str, env: dict | 
     def serving():
         if proc.poll() is not None:
             raise AssertionError(f"the episode host exited: {log_path.read_text()[-2000:]}")
-        return any(int(pid) == proc.pid for pid in (client.get(key) for key in client.keys(f"{prefix}:eh:alive:*")) if pid)
+        return any(member.decode().split("-")[-2] == str(proc.pid) for member in client.zrange(f"{prefix}:eh:hosts", 0, -1))
 
     wait_for(serving, 30, "the episode host to serve")
     return proc

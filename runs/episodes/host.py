@@ -182,6 +182,10 @@ class EpisodeHost:
         return held
 
     def start(self, message: dict) -> dict:
+        # This host answers for the rollout from now on (a slow reset is not an orphan: its host is alive).
+        Rollout.objects.filter(pk=message["rollout"], status=RolloutStatus.RUNNING).update(
+            worker=f"episode-host:{self.id}", heartbeat_at=timezone.now()
+        )
         rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(
             pk=message["rollout"]
         )
@@ -199,7 +203,6 @@ class EpisodeHost:
         held = HeldEpisode(episode_id=episode_id, team_id=rollout.team_id, driver=driver, episode=episode)
         with self.lock:
             self.held[episode_id] = held
-        Rollout.objects.filter(pk=rollout.pk).update(worker=f"episode-host:{self.id}")
         routing.route_set(self.redis, episode_id=episode_id, host_id=self.id, team_id=rollout.team_id, rollout_id=rollout.pk)
         return {"episode_id": episode_id, "host": self.id, **self._state(held)}
 
@@ -263,7 +266,7 @@ class EpisodeHost:
     # -- the reaper -----------------------------------------------------------------------------
 
     def _announce(self) -> None:
-        self.redis.set(routing.host_alive_key(self.id), str(os.getpid()), px=int(routing.HOST_TTL_S * 1000))
+        routing.announce_host(self.redis, self.id)
 
     def _reap_forever(self) -> None:
         last_beat = last_sweep = 0.0
@@ -349,7 +352,7 @@ class EpisodeHost:
                 logger.exception("episode host %s: could not end episode %s", self.id, held.id)
             self._forget(held)
         try:
-            self.redis.delete(routing.host_alive_key(self.id))
+            routing.retire_host(self.redis, self.id)
         except redis.RedisError:
             pass
         if self.sandbox_pool is not None:

@@ -70,9 +70,30 @@ class HostError(Exception):
         self.status, self.field = status, field
 
 
+def hosts_key() -> str:
+    return f"{prefix()}:hosts"
+
+
+def announce_host(r: redis.Redis, host_id: str) -> None:
+    """A host says it is alive for the next HOST_TTL_S: its own key (checked by callers waiting on
+    it) and its entry in the set of hosts (scored by when it expires; no KEYS scan on a busy Redis)."""
+    expires = time.time() + HOST_TTL_S
+    pipe = r.pipeline(transaction=False)
+    pipe.set(host_alive_key(host_id), str(expires), px=int(HOST_TTL_S * 1000))
+    pipe.zadd(hosts_key(), {host_id: expires})
+    pipe.zremrangebyscore(hosts_key(), "-inf", time.time() - 60)
+    pipe.execute()
+
+
+def retire_host(r: redis.Redis, host_id: str) -> None:
+    pipe = r.pipeline(transaction=False)
+    pipe.delete(host_alive_key(host_id))
+    pipe.zrem(hosts_key(), host_id)
+    pipe.execute()
+
+
 def live_hosts() -> list[str]:
-    keys = client().keys(host_alive_key("*"))
-    return [key.decode().rsplit(":alive:", 1)[1] for key in keys]
+    return [member.decode() for member in client().zrangebyscore(hosts_key(), time.time(), "+inf")]
 
 
 def host_is_alive(host_id: str) -> bool:
