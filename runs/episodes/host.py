@@ -250,7 +250,8 @@ class EpisodeHost:
         episode = held.episode
         with episode.lock:
             try:
-                rollout = episode_finish(episode=episode, end_reason="closed", timed_out_reason=timed_out_reason)
+                end_reason = "finished" if held.driver == "play" else "closed"
+                rollout = episode_finish(episode=episode, end_reason=end_reason, timed_out_reason=timed_out_reason)
             finally:
                 self._forget(held)
         return {"rollout_id": rollout.pk}
