@@ -39,7 +39,8 @@ from .service import (
     rollout_end,
 )
 from .setup import episode_setup
-from .writer import FLUSH_EVERY_STEPS, flush_together
+from .journal import journal_append, journal_drop, journal_steps, journal_trim
+from .writer import FLUSH_EVERY_STEPS, flush_together, steps_recover
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +221,11 @@ class EpisodeHost:
                 self._forget(held)
                 raise routing.HostError(f"The environment failed: {fault.reason}", 409) from None
             if held.driver == "play" or len(episode.writer.pending) >= FLUSH_EVERY_STEPS:
+                written = len(episode.writer.pending) - 1
                 episode_flush(episode=episode)  # a person's pace: the screenshot gets its URL now
+                journal_trim(self.redis, [(episode.rollout.pk, written)])
+            else:
+                journal_append(self.redis, rollout_id=episode.rollout.pk, step=step)
             # Otherwise the reaper flushes (every ~0.2 s, as the worker does): a step's round trip
             # touches no database.
             if step.get("artifact_url"):
@@ -257,8 +262,10 @@ class EpisodeHost:
         return {"rollout_id": rollout.pk}
 
     def _forget(self, held: HeldEpisode) -> None:
+        """The episode is over (its steps written): let go of it, its route and its step journal."""
         with self.lock:
             self.held.pop(held.id, None)
+        journal_drop(self.redis, held.episode.rollout.pk)
         try:
             self.redis.delete(routing.route_key(held.id))
         except redis.RedisError:
@@ -311,6 +318,7 @@ class EpisodeHost:
                 episode.lock.release()
         if taken:
             lost = {id(writer) for writer in flush_together(taken)}
+            journal_trim(self.redis, [(writer.rollout.pk, len(steps)) for writer, steps, _, _ in taken])
             for held in list(self.held.values()):
                 if id(held.episode.writer) in lost:
                     self._drop(held, "its rollout was ended elsewhere")
@@ -384,7 +392,22 @@ def end_orphaned_episodes(*, stale_s: float | None = None) -> list[int]:
         holder = rollout.worker.removeprefix("episode-host:")
         if holder != rollout.worker and routing.host_is_alive(holder):
             continue
-        if rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, end_reason="error",
-                       error=f"the episode host holding this episode ({holder or 'unknown'}) stopped before it was closed"):
+        if episode_orphan_end(rollout=rollout, error=f"the episode host holding this episode ({holder or 'unknown'})"
+                                                     " stopped before it was closed"):
             ended.append(rollout.pk)
+    return ended
+
+
+def episode_orphan_end(*, rollout: Rollout, error: str) -> bool:
+    """End an interactive rollout whose host is gone: first store the steps its host had answered
+    but not yet written (its journal), then end it errored with the reason."""
+    r = routing.client()
+    try:
+        steps = journal_steps(r, rollout.pk)
+    except redis.RedisError:
+        logger.warning("could not read the step journal of rollout %s", rollout.pk, exc_info=True)
+        steps = []
+    steps_recover(rollout=rollout, steps=steps)
+    ended = rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, end_reason="error", error=error)
+    journal_drop(r, rollout.pk)
     return ended

@@ -17,7 +17,7 @@ from .. import events
 from .. import services as run_services
 from ..models import Rollout, RolloutStatus, Run, RunStatus
 from . import routing
-from .host import INTERACTIVE_AGENT_KINDS
+from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end
 from .service import rollout_end
 from .setup import task_of
 
@@ -128,9 +128,9 @@ def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
 def _host_lost(*, episode_id: str, rollout_id: int, exc: routing.HostUnavailable) -> EpisodeHostUnavailable:
     """The host holding the episode stopped: end its rollout with the reason now, not at the next sweep."""
     routing.route_forget(episode_id)
-    rollout = Rollout.objects.filter(pk=rollout_id).first()
+    rollout = Rollout.objects.filter(pk=rollout_id, status=RolloutStatus.RUNNING).first()
     if rollout is not None:
-        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        episode_orphan_end(rollout=rollout, error=str(exc))
     return EpisodeHostUnavailable(str(exc))
 
 

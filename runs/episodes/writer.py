@@ -134,6 +134,23 @@ def flush_together(taken: list[tuple["StepWriter", list[dict], int, float]]) -> 
     return [writer for writer, *_ in taken if writer.rollout.pk not in ours]
 
 
+def steps_recover(*, rollout: Rollout, steps: list[dict]) -> None:
+    """Store steps a dead host had answered but not written (from its journal), then set the
+    rollout's counters from what is stored. Steps already stored are skipped."""
+    if not steps:
+        return
+    artifacts_store_for_steps(rollout.pk, steps)
+    _insert_steps(rollout.pk, steps)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""UPDATE {Rollout._meta.db_table} SET
+                    step_count = (SELECT count(*) FROM {_STEP_TABLE} WHERE rollout_id = %s),
+                    total_reward = (SELECT coalesce(sum(reward), 0) FROM {_STEP_TABLE} WHERE rollout_id = %s)
+                WHERE id = %s AND status = %s""",
+            [rollout.pk, rollout.pk, rollout.pk, RolloutStatus.RUNNING],
+        )
+
+
 class Heartbeat:
     """A thread that keeps `heartbeat_at` fresh while the main thread waits on long sandbox calls.
 

@@ -1,0 +1,49 @@
+"""A host's steps in Redis until they are in PostgreSQL, so a host killed between a step's reply and
+the next batched write loses nothing: whoever ends the orphaned rollout writes them first.
+
+Steps are appended in order under the episode's lock (the same order as the writer's buffer), and
+trimmed from the head by the number of steps each write stored. Replaying a step that was already
+stored is harmless: step rows are unique per (rollout, index) and inserts skip existing ones.
+"""
+import json
+import logging
+
+import redis
+
+from . import routing
+
+logger = logging.getLogger(__name__)
+
+
+def journal_key(rollout_id: int) -> str:
+    return f"{routing.prefix()}:journal:{rollout_id}"
+
+
+def journal_append(r: redis.Redis, *, rollout_id: int, step: dict) -> None:
+    r.rpush(journal_key(rollout_id), json.dumps(step, separators=(",", ":"), ensure_ascii=False, default=str))
+
+
+def journal_trim(r: redis.Redis, trims: list[tuple[int, int]]) -> None:
+    """Drop the first `count` steps of each (rollout id, count): they are stored."""
+    trims = [(rollout_id, count) for rollout_id, count in trims if count]
+    if not trims:
+        return
+    pipe = r.pipeline(transaction=False)
+    for rollout_id, count in trims:
+        pipe.ltrim(journal_key(rollout_id), count, -1)
+    try:
+        pipe.execute()
+    except redis.RedisError:
+        logger.warning("could not trim the step journal of %s rollouts", len(trims), exc_info=True)
+
+
+def journal_drop(r: redis.Redis, rollout_id: int) -> None:
+    try:
+        r.delete(journal_key(rollout_id))
+    except redis.RedisError:
+        logger.warning("could not drop the step journal of rollout %s", rollout_id, exc_info=True)
+
+
+def journal_steps(r: redis.Redis, rollout_id: int) -> list[dict]:
+    """The steps still in the journal, oldest first."""
+    return [json.loads(raw) for raw in r.lrange(journal_key(rollout_id), 0, -1)]
