@@ -139,8 +139,10 @@ class EpisodeHost:
 
     def _answer(self, message: dict) -> None:
         request_id = message.get("reply")
+        # A step's journal entry and its reply travel in one round trip, the entry first.
+        pipe = self.redis.pipeline(transaction=False)
         try:
-            result = self._handle(message)
+            result = self._handle(message, pipe)
             reply = {"ok": True, "result": result}
         except routing.HostError as exc:
             reply = {"ok": False, "error": str(exc), "status": exc.status, "field": exc.field}
@@ -154,13 +156,13 @@ class EpisodeHost:
                 connection.close()
         if request_id:
             try:
-                routing.send_reply(self.redis, request_id, reply)
+                routing.send_reply(self.redis, request_id, reply, pipe=pipe)
             except redis.RedisError:
                 logger.warning("episode host %s: could not reply to %s", self.id, request_id, exc_info=True)
 
     # -- operations -----------------------------------------------------------------------------
 
-    def _handle(self, message: dict) -> dict:
+    def _handle(self, message: dict, pipe) -> dict:
         op = message.get("op")
         if op == "start":
             return self.start(message)
@@ -169,7 +171,7 @@ class EpisodeHost:
             return {"results": list(self.batch_pool.map(self._step_one, message.get("items") or []))}
         held = self._held(message)
         if op == "step":
-            return self.step(held, message.get("action"))
+            return self.step(held, message.get("action"), pipe)
         if op == "observe":
             return self.observe(held)
         if op == "close":
@@ -207,7 +209,8 @@ class EpisodeHost:
         routing.route_set(self.redis, episode_id=episode_id, host_id=self.id, team_id=rollout.team_id, rollout_id=rollout.pk)
         return {"episode_id": episode_id, "host": self.id, **self._state(held)}
 
-    def step(self, held: HeldEpisode, action) -> dict:
+    def step(self, held: HeldEpisode, action, pipe=None) -> dict:
+        """One step; its journal entry goes on `pipe` (sent before the reply), or at once without one."""
         episode = held.episode
         with episode.lock:
             held.last_used = time.monotonic()
@@ -225,7 +228,7 @@ class EpisodeHost:
                 episode_flush(episode=episode)  # a person's pace: the screenshot gets its URL now
                 journal_trim(self.redis, [(episode.rollout.pk, written)])
             else:
-                journal_append(self.redis, rollout_id=episode.rollout.pk, step=step)
+                journal_append(pipe if pipe is not None else self.redis, rollout_id=episode.rollout.pk, step=step)
             # Otherwise the reaper flushes (every ~0.2 s, as the worker does): a step's round trip
             # touches no database.
             if step.get("artifact_url"):

@@ -19,7 +19,8 @@ def journal_key(rollout_id: int) -> str:
     return f"{routing.prefix()}:journal:{rollout_id}"
 
 
-def journal_append(r: redis.Redis, *, rollout_id: int, step: dict) -> None:
+def journal_append(r, *, rollout_id: int, step: dict) -> None:
+    """Append a step (`r`: a client, or a pipeline whose reply must follow it)."""
     r.rpush(journal_key(rollout_id), json.dumps(step, separators=(",", ":"), ensure_ascii=False, default=str))
 
 

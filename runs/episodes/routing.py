@@ -185,9 +185,10 @@ def _unwrap(reply: dict) -> dict:
     raise HostError(reply.get("error") or "the episode host failed", reply.get("status") or 400, reply.get("field"))
 
 
-def send_reply(r: redis.Redis, request_id: str, payload: dict) -> None:
+def send_reply(r: redis.Redis, request_id: str, payload: dict, *, pipe=None) -> None:
+    """Answer a request; `pipe` may already hold commands that must take effect first (a journal)."""
     key = reply_key(request_id)
-    pipe = r.pipeline(transaction=False)
+    pipe = pipe if pipe is not None else r.pipeline(transaction=False)
     pipe.rpush(key, json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str))
     pipe.expire(key, REPLY_TTL_S)
     pipe.execute()
