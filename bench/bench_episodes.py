@@ -245,13 +245,13 @@ def open_many(apis: list[Api], version: str, count: int) -> list[str]:
     return sids
 
 
-def level_row(apis, host, version, level, label) -> dict:
-    before = tree_rss_mb(host.pid)
+def level_row(apis, hosts, version, level, label) -> dict:
+    before = sum(tree_rss_mb(host.pid) for host in hosts)
     started = time.perf_counter()
     sids = open_many(apis, version, level)
     open_s = time.perf_counter() - started
     time.sleep(1.0)
-    after = tree_rss_mb(host.pid)
+    after = sum(tree_rss_mb(host.pid) for host in hosts)
     latencies: list[list[float]] = [[] for _ in apis]
 
     def work(i):
@@ -312,6 +312,7 @@ def main():
     parser.add_argument("--web", type=int, default=2)
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--host-threads", type=int, default=64)
+    parser.add_argument("--hosts", type=int, default=1, help="episode host processes (episodes spread over them)")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
     args = parser.parse_args()
 
@@ -328,7 +329,8 @@ def main():
     token, version, shared_version = create_fixtures(max(shared_levels, default=0) // 8 if shared_levels else 0)
     prefix = f"bench-{os.getpid()}"
     webs = [start_web(args.database_url, prefix) for _ in range(args.web)]
-    host = start_host(args.database_url, prefix, args.host_threads)
+    hosts = [start_host(args.database_url, prefix, args.host_threads) for _ in range(args.hosts)]
+    host = hosts[0]
     try:
         bare = bare_sandbox_steps_per_s()
         api = Api(webs[0][1], token)
@@ -347,21 +349,21 @@ def main():
               f"{'OK' if median < 2 else 'MISSED'}   bare sandbox step {1000 / bare:.3f} ms ({bare:,.0f} steps/s)")
 
         apis = [Api(webs[i % len(webs)][1], token) for i in range(args.clients)]
-        rows = [level_row(apis, host, version, level, "one sandbox each") for level in [int(x) for x in args.levels.split(",")]]
-        rows += [level_row(apis, host, shared_version, level, "shared sandboxes") for level in shared_levels]
-        print(f"\nOpen episodes ({args.clients} client threads over {args.web} web processes, one episode host)")
+        rows = [level_row(apis, hosts, version, level, "one sandbox each") for level in [int(x) for x in args.levels.split(",")]]
+        rows += [level_row(apis, hosts, shared_version, level, "shared sandboxes") for level in shared_levels]
+        print(f"\nOpen episodes ({args.clients} client threads over {args.web} web processes, {args.hosts} episode host(s))")
         print(f"  {'sandboxes':<17} {'open':>6} {'open s':>7} {'MB/episode':>11} {'step p50':>9} {'p99':>8} {'steps/s':>8}")
         for row in rows:
             print(f"  {row['label']:<17} {row['open']:>6} {row['open_s']:>7.1f} {row['mb_per']:>11.2f} {row['p50']:>6.2f} ms "
                   f"{row['p99']:>8.2f} {row['steps_s']:>8.0f}")
 
         sids = open_many(apis, version, args.clients)
-        servers = [host.pid] + [proc.pid for proc, _ in webs]
+        servers = [proc.pid for proc in hosts] + [proc.pid for proc, _ in webs]
         cpu_before = [tree_cpu_s(pid) for pid in servers]
         concurrent = concurrent_steps_per_s([w[1] for w in webs], token, sids, args.client_processes)
         cpu_used = [tree_cpu_s(pid) - before for pid, before in zip(servers, cpu_before)]
         server_cpu_ms = sum(cpu_used) * 1000 / (concurrent * 5.0)
-        host_cpu_ms = cpu_used[0] * 1000 / (concurrent * 5.0)
+        host_cpu_ms = sum(cpu_used[: len(hosts)]) * 1000 / (concurrent * 5.0)
         batches = 100
         started = time.perf_counter()
         for _ in range(batches):
@@ -380,8 +382,9 @@ def main():
         for api_ in apis:
             api_.close()
     finally:
-        host.terminate()
-        host.wait(timeout=30)
+        for proc in hosts:
+            proc.terminate()
+            proc.wait(timeout=30)
         for proc, _ in webs:
             proc.terminate()
             proc.wait(timeout=10)
