@@ -221,7 +221,7 @@ async def follow_run(url: str, port: int, viewers: int, rollouts: int, ready) ->
             elif message["type"] == "run":
                 summaries += 1
                 # The throttled summary can be read while steps are still on their way: drain them.
-                if message["summary"]["done"] == rollouts:
+                if not message["summary"]["pending"]:
                     try:
                         while True:
                             extra = json.loads(await asyncio.wait_for(ws.recv(), 1))

@@ -5,7 +5,7 @@ from ninja import Router, Status
 from environments.selectors import version_by_label
 from studio.api import require
 
-from . import selectors, services
+from . import figures, selectors, services
 from .review.selectors import visible_labels
 from .forms import parse_seeds
 from .models import Agent, AgentKind, Rollout, Run
@@ -30,7 +30,7 @@ def _run_out(run: Run) -> dict:
         "id": run.pk, "environment": v.environment.slug, "version": v.label, "content_hash": v.content_hash,
         "agent": run.agent.name, "agent_id": run.agent_id, "status": run.status, "task_ids": run.task_ids,
         "seeds": run.seeds, "repeats": run.repeats, "limits": run.limits, "reviews_required": run.reviews_required,
-        "created_at": run.created_at, "finished_at": run.finished_at, "summary": selectors.run_summary(run),
+        "created_at": run.created_at, "finished_at": run.finished_at, "summary": figures.run_figures(run),
     }
 
 

@@ -21,7 +21,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from studio.models import Membership
 
-from . import events, selectors
+from . import events, figures
 from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run, Step
 
 CHUNK = 500
@@ -42,7 +42,7 @@ def _visible(model, pk: int, user, api_token) -> bool:
 
 
 def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
-    return _run_summary(run_id) if _visible(Run, run_id, user, api_token) else None
+    return _run_summary_message(run_id) if _visible(Run, run_id, user, api_token) else None
 
 
 def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
@@ -179,7 +179,7 @@ class RunConsumer(_TeamScopedConsumer):
             await self.refuse(CLOSE_NOT_FOUND)
             return
         await self.accept()
-        await self.send_json({"type": "run", "summary": summary})
+        await self.send_json(summary)
 
     async def disconnect(self, code):
         if self.summary_task is not None:
@@ -202,6 +202,10 @@ class RunConsumer(_TeamScopedConsumer):
         if event["status"] in FINISHED_ROLLOUT_STATUSES:
             self.schedule_summary()
 
+    async def run_status(self, event):
+        # The run finished or was cancelled: its figures (status, controls) change with it.
+        self.schedule_summary()
+
     def schedule_summary(self) -> None:
         """At most one summary per SUMMARY_EVERY_S; a burst of finishes ends with one fresh summary
         read after the last of them."""
@@ -216,9 +220,9 @@ class RunConsumer(_TeamScopedConsumer):
             await self.send_summary(wanted_at)
 
 
-def _run_summary(run_id: int) -> dict:
+def _run_summary_message(run_id: int) -> dict:
     run = Run.objects.select_related("environment_version").get(pk=run_id)
-    return selectors.run_summary(run)
+    return figures.run_summary_message(run)
 
 
 # Every viewer of a run gets the same bytes for the same event: encode each event once per process,
@@ -255,6 +259,6 @@ async def _shared_summary_text(run_id: int, wanted_at: float) -> str:
         if cached is not None and cached[0] >= wanted_at:
             return cached[1]
         read_at = time.monotonic()
-        text = json.dumps({"type": "run", "summary": await database_sync_to_async(_run_summary)(run_id)})
+        text = json.dumps(await database_sync_to_async(_run_summary_message)(run_id))
         _summaries[run_id] = (read_at, text)
         return text

@@ -2,7 +2,8 @@
 
 Messages (what consumers receive; `type` maps to a consumer method with dots as underscores):
     {"type": "rollout.steps", "rollout_id": 7, "run_id": 3, "steps": [{index, action, observation, ...}]}
-    {"type": "rollout.status", "rollout_id": 7, "run_id": 3, "status": "running", ...}
+    {"type": "rollout.status", "rollout_id": 7, "run_id": 3, "status": "running", ..., "row": "<tr ...>"}
+    {"type": "run.status", "run_id": 3, "status": "finished"}   (run group only)
 Steps travel in batches (the engine flushes every ~0.2 s): one publish per batch and group, not per
 step, so streaming costs a round trip per batch. A failing channel layer is logged, never raised:
 streaming must never break a rollout.
@@ -77,6 +78,8 @@ def rollout_status(rollout) -> dict:
     return {
         "rollout_id": rollout.pk,
         "run_id": rollout.run_id,
+        "task_id": rollout.task_id,
+        "seed": rollout.seed,
         "status": rollout.status,
         "step_count": rollout.step_count,
         "total_reward": rollout.total_reward,
@@ -87,8 +90,28 @@ def rollout_status(rollout) -> dict:
     }
 
 
+def rollout_row_html(rollout) -> str:
+    """The rollout's row of the run page, rendered from the template a reload uses."""
+    from django.template.loader import render_to_string
+
+    from studio.models import Team
+
+    team_slug = Team.objects.values_list("slug", flat=True).get(pk=rollout.team_id)
+    return render_to_string("runs/_rollout_row.html", {"r": rollout, "team_slug": team_slug})
+
+
 def publish_rollout(rollout) -> None:
-    _send(rollout, {"type": "rollout.status", **rollout_status(rollout)})
+    try:
+        row = rollout_row_html(rollout)
+    except Exception:  # noqa: BLE001 - a viewer's row must not end a rollout; the page reconciles on reconnect
+        logger.warning("could not render the row of rollout %s", rollout.pk, exc_info=True)
+        row = None
+    _send(rollout, {"type": "rollout.status", **rollout_status(rollout), "row": row})
+
+
+def publish_run(run) -> None:
+    """A run's status changed (finished, cancelled): its viewers fetch fresh figures."""
+    _send_groups((run_group(run.pk),), {"type": "run.status", "run_id": run.pk, "status": run.status}, what=f"run {run.pk}")
 
 
 async def _group_send_all(layer, groups, message):
@@ -125,10 +148,14 @@ _publish_loop = _PublishLoop()
 
 
 def _send(rollout, message: dict) -> None:
+    _send_groups((rollout_group(rollout.pk), run_group(rollout.run_id)), message, what=f"rollout {rollout.pk}")
+
+
+def _send_groups(groups, message: dict, *, what: str) -> None:
     try:
         layer = get_channel_layer()
         if layer is None:
             return
-        _publish_loop.run(_group_send_all(layer, (rollout_group(rollout.pk), run_group(rollout.run_id)), message))
+        _publish_loop.run(_group_send_all(layer, groups, message))
     except Exception:  # noqa: BLE001 - a broken channel layer must not end a rollout
-        logger.warning("could not publish %s for rollout %s", message.get("type"), rollout.pk, exc_info=True)
+        logger.warning("could not publish %s for %s", message.get("type"), what, exc_info=True)

@@ -33,6 +33,21 @@ def parse_seeds(text: str, *, limit: int = 10_000) -> list[int]:
     return sorted(seeds)
 
 
+def format_seeds(seeds) -> str:
+    """[0, 1, 2, 3, 7] -> '0-3, 7': the inverse of parse_seeds, as pages show a run's seeds."""
+    parts, run = [], []
+    for seed in sorted(set(seeds)):
+        if run and seed == run[-1] + 1:
+            run.append(seed)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [seed]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(parts)
+
+
 class AgentForm(forms.Form):
     """One form for every agent kind; the page shows the fields of the chosen kind."""
 

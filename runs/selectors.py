@@ -1,8 +1,8 @@
 """Reads of agents, runs, rollouts and steps, always scoped to one team by the caller's objects."""
-from django.db.models import Avg, Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Subquery
 from django.shortcuts import get_object_or_404
 
-from .models import FINISHED_ROLLOUT_STATUSES, Agent, RewardLabel, Rollout, RolloutStatus, Run, Step
+from .models import Agent, RewardLabel, Rollout, Run, Step
 
 
 def agents_for_team(*, team):
@@ -59,45 +59,6 @@ def with_current_label(rollouts):
     )
 
 
-def _rate(part: int, whole: int) -> float | None:
-    return round(part / whole, 4) if whole else None
-
-
-def run_summary(run: Run) -> dict:
-    """Counts per status, progress, success rate, mean reward and steps, overall and by difficulty.
-
-    Success rate and means count finished rollouts that were judged (succeeded or failed); errored,
-    timed-out and cancelled ones are counted separately so a broken env does not read as a weak agent.
-    """
-    rows = list(run.rollouts.values("task_id", "status", "verifier_reward", "total_reward", "step_count"))
-    difficulty_of = {str(task.get("id")): task.get("difficulty") for task in run.environment_version.tasks}
-
-    def summarize(items) -> dict:
-        counts = {status: 0 for status in RolloutStatus.values}
-        for item in items:
-            counts[item["status"]] += 1
-        judged = [i for i in items if i["status"] in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED)]
-        rewards = [i["verifier_reward"] if i["verifier_reward"] is not None else i["total_reward"] for i in judged]
-        finished = [i for i in items if i["status"] in FINISHED_ROLLOUT_STATUSES]
-        return {
-            "total": len(items),
-            "done": len(finished),
-            "counts": counts,
-            "success_rate": _rate(counts[RolloutStatus.SUCCEEDED], len(judged)),
-            "mean_reward": round(sum(rewards) / len(rewards), 4) if rewards else None,
-            "mean_steps": round(sum(i["step_count"] for i in finished) / len(finished), 2) if finished else None,
-        }
-
-    summary = summarize(rows)
-    summary["run_id"] = run.pk
-    summary["status"] = run.status
-    by_difficulty: dict[str, list] = {}
-    for row in rows:
-        by_difficulty.setdefault(str(difficulty_of.get(row["task_id"])), []).append(row)
-    summary["by_difficulty"] = {key: summarize(items) for key, items in sorted(by_difficulty.items())}
-    return summary
-
-
 def compare_trajectories(a: Rollout, b: Rollout) -> dict:
     """Whether two rollouts took the same steps: actions, observations, rewards and flags, in order."""
     if a.initial_observation != b.initial_observation:
@@ -121,6 +82,3 @@ def _zip_longest(a, b):
 
     return zip_longest(a, b, fillvalue=None)
 
-
-def mean_reward(run: Run) -> float | None:
-    return run.rollouts.filter(status__in=FINISHED_ROLLOUT_STATUSES).aggregate(v=Avg("total_reward"))["v"]

@@ -226,7 +226,12 @@ def _enqueue_on_commit(rollout_ids: list[int]) -> None:
 
 
 def run_cancel(*, run: Run, actor) -> Run:
-    """Queued rollouts become cancelled and never start; running ones stop at their next check (~0.5 s)."""
+    """Queued rollouts become cancelled and never start; running ones stop at their next check (~0.5 s).
+
+    Only rollouts still queued when the update reaches them are cancelled: a worker that claimed one
+    a moment before (it holds the rollout's row lock, never the run's) keeps it, and stops it at its
+    next cancel check. Lock order is run, then rollouts; a claim takes only its rollout.
+    """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.status in (RunStatus.FINISHED, RunStatus.CANCELLED):
@@ -235,13 +240,16 @@ def run_cancel(*, run: Run, actor) -> Run:
         run.status = RunStatus.CANCELLED
         run.finished_at = now
         run.save(update_fields=["status", "finished_at"])
-        queued = list(run.rollouts.filter(status=RolloutStatus.QUEUED).values_list("pk", flat=True))
-        Rollout.objects.filter(pk__in=queued).update(
+        # PostgreSQL re-checks status=queued on each row after waiting for its lock, so a row a
+        # claim has just made running is left alone.
+        Rollout.objects.filter(run=run, status=RolloutStatus.QUEUED).update(
             status=RolloutStatus.CANCELLED, end_reason="cancelled", error="cancelled before it started", finished_at=now
         )
 
     def announce():
-        for rollout in Rollout.objects.filter(pk__in=queued):
+        events.publish_run(run)
+        cancelled = Rollout.objects.filter(run=run, status=RolloutStatus.CANCELLED, finished_at=now)
+        for rollout in cancelled.iterator():
             events.publish_rollout(rollout)
 
     transaction.on_commit(announce)
@@ -257,9 +265,11 @@ def _run_update_status(run_id: int) -> None:
             if run.status == RunStatus.QUEUED:
                 run.status = RunStatus.RUNNING
                 run.save(update_fields=["status"])
+                transaction.on_commit(lambda: events.publish_run(run))
             return
         run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
         run.save(update_fields=["status", "finished_at"])
+    transaction.on_commit(lambda: events.publish_run(run))
 
 
 # -- executing one rollout ------------------------------------------------------------------------
@@ -311,7 +321,10 @@ class _Claim:
 
 def _rollout_claim(rollout_id: int) -> _Claim:
     with transaction.atomic():
-        rollout = Rollout.objects.select_for_update().select_related("run").filter(pk=rollout_id).first()
+        # Lock the rollout row only (`of=self`): locking the joined run row too made a claim and a
+        # cancel (run first, then its rollouts) wait on each other, a deadlock PostgreSQL broke by
+        # killing one. A cancel committed after this read is seen at the episode's cancel checks.
+        rollout = Rollout.objects.select_for_update(of=("self",)).select_related("run").filter(pk=rollout_id).first()
         if rollout is None:
             return _Claim(skip="no such rollout")
         if rollout.is_finished:

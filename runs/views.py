@@ -14,7 +14,7 @@ from studio.access import InvalidToken, reader_for, team_view
 from .review import selectors as review_selectors
 from studio.errors import DomainError
 
-from . import artifacts, events, selectors, services
+from . import artifacts, events, figures, selectors, services
 from .forms import AgentForm, RunForm
 from .models import FINISHED_ROLLOUT_STATUSES, Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 
@@ -86,12 +86,9 @@ def run_new(request):
 @team_view("read")
 def run_detail(request, run_id):
     run = get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=request.team, pk=run_id)
-    summary = selectors.run_summary(run)
+    summary = figures.run_figures(run)
     rollouts = Paginator(run.rollouts.order_by("id"), 200).get_page(request.GET.get("page"))
-    points = list(
-        run.rollouts.filter(status__in=FINISHED_ROLLOUT_STATUSES).order_by("finished_at", "id")
-        .values("id", "status", "total_reward", "verifier_reward", "task_id", "seed")
-    )
+    points = figures.run_points(run)
     context = {
         "run": run, "summary": summary, "rollouts": rollouts, "points": points,
         "agreement": review_selectors.agreement(run=run),

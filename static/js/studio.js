@@ -29,3 +29,23 @@ function showKindFields(select) {
 }
 document.addEventListener("change", (e) => { if (e.target.matches("[data-agent-kind]")) showKindFields(e.target); });
 document.addEventListener("DOMContentLoaded", () => document.querySelectorAll("[data-agent-kind]").forEach(showKindFields));
+// Live pages replace parts of themselves with server-rendered HTML (the templates a reload uses),
+// never with HTML built here from data: parse the server's markup, then swap the elements by id.
+window.studioParse = function (html) {
+  return new DOMParser().parseFromString(`<!doctype html><body>${html}</body>`, "text/html").body;
+};
+window.studioSwapFrom = function (source, ids) {
+  ids.forEach((id) => {
+    const fresh = source.querySelector(`#${CSS.escape(id)}`);
+    const old = document.getElementById(id);
+    if (fresh && old) old.replaceWith(document.importNode(fresh, true));
+  });
+};
+// Fetch `url` as an htmx request would and swap the elements `ids` from its answer; returns the parsed body.
+window.studioRefresh = async function (url, ids) {
+  const r = await fetch(url, { credentials: "same-origin", headers: { "HX-Request": "true" } });
+  if (!r.ok) throw new Error(`${url}: ${r.status}`);
+  const body = window.studioParse(await r.text());
+  window.studioSwapFrom(body, ids);
+  return body;
+};

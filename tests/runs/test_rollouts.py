@@ -3,6 +3,7 @@ import pytest
 
 from runs import selectors, services
 from runs.models import LabelDecision, LabelSource, RolloutStatus, RunStatus, Step
+from runs.figures import run_figures
 from studio.errors import DomainError
 
 from rollout_factories import demo_agent_code, demo_version, package_version, play_one, play_run, random_agent, scripted_agent
@@ -194,10 +195,10 @@ def test_run_summary_counts_statuses_rates_and_difficulties(team, owner, django_
     agent = scripted_agent(team, owner, demo_agent_code("guess_number"))
     run = services.run_create(team=team, actor=owner, version=version, agent=agent, task_ids=["t1", "t3"], seeds=[0, 1])
     play_run(run)
-    summary = selectors.run_summary(run)
+    summary = run_figures(run)
     assert summary["total"] == 4 and summary["done"] == 4
     assert summary["counts"]["succeeded"] == 4
-    assert summary["success_rate"] == 1.0 and summary["mean_reward"] == 1.0
+    assert summary["success_rate"] == 1.0 and summary["verifier"] == {"mean": 1.0, "count": 4, "missing": 0}
     assert summary["mean_steps"] > 0
     assert set(summary["by_difficulty"]) == {"1", "2"}
     assert summary["by_difficulty"]["1"]["total"] == 2 and summary["by_difficulty"]["1"]["success_rate"] == 1.0

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from environments.selectors import version_by_label
-from runs import selectors, services
+from runs import figures, services
 from runs.models import AgentKind
 from runs.tasks import execute_rollout
 from studio.errors import DomainError
@@ -78,8 +78,11 @@ class Command(BaseCommand):
         if options["wait"] or options["inline"]:
             summary = self._wait(run, options["timeout"])
             self.stdout.write(json.dumps(summary, indent=2, sort_keys=True))
-            if summary["done"] < summary["total"]:
-                raise CommandError(f"run {run.pk} not finished after {options['timeout']:g} s ({summary['done']}/{summary['total']} done)")
+            if summary["pending"]:
+                raise CommandError(
+                    f"run {run.pk} not finished after {options['timeout']:g} s"
+                    f" ({summary['done']}/{summary['total']} done, {summary['pending']} queued or running)"
+                )
 
     def _agent(self, team, actor, spec: str):
         if spec == "random":
@@ -95,8 +98,8 @@ class Command(BaseCommand):
         deadline = time.monotonic() + timeout
         while True:
             run.refresh_from_db()
-            summary = selectors.run_summary(run)
-            if summary["done"] >= summary["total"] or time.monotonic() > deadline:
+            summary = figures.run_figures(run)
+            if not summary["pending"] or time.monotonic() > deadline:
                 return summary
             time.sleep(0.5)
 

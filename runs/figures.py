@@ -1,0 +1,151 @@
+"""Every figure shown about a run, defined once and computed with SQL aggregates.
+
+The run page, its live updates, `GET /api/v1/runs/{id}` and `run_rollouts --wait` all show
+`run_figures(run)`, so they cannot disagree. The definitions:
+
+- done: rollouts in a terminal state other than cancelled (succeeded, failed, errored, timed out);
+  cancelled rollouts are counted apart, never as done and never plotted;
+- pending: queued or running; a run is over when nothing is pending;
+- success rate: succeeded / done (an errored or timed-out rollout counts as not succeeded);
+- two rewards, always named: "return" (the sum of the episode's step rewards) and "verifier" (what the
+  environment's verify() judged). A done rollout has a return when its episode ran to its end
+  (succeeded or failed) and a verifier reward when verify() gave one; each mean is over the rollouts
+  that have that reward, with how many done rollouts have none beside it;
+- mean steps: over done rollouts.
+"""
+from dataclasses import dataclass, field, fields
+
+from django.db.models import Count, Q, Sum
+
+from .models import Rollout, RolloutStatus, Run
+
+RETURN = "return"
+VERIFIER = "verifier"
+REWARD_NAMES = {RETURN: "sum of the episode's step rewards", VERIFIER: "the verifier's judgement of the final state"}
+
+DONE_STATUSES = (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT)
+PENDING_STATUSES = (RolloutStatus.QUEUED, RolloutStatus.RUNNING)
+# An episode that ran to its end (the environment terminated or truncated it, and verify() answered).
+RETURN_STATUSES = (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED)
+
+
+@dataclass
+class _Tally:
+    """Sums and counts that add up across tasks, so difficulty and run figures are exact, not means of means."""
+
+    total: int = 0
+    counts: dict = field(default_factory=lambda: {status: 0 for status in RolloutStatus.values})
+    return_n: int = 0
+    return_sum: float = 0.0
+    verifier_n: int = 0
+    verifier_sum: float = 0.0
+    steps_sum: int = 0
+
+    def add(self, other: "_Tally") -> None:
+        for name in (f.name for f in fields(self)):
+            if name == "counts":
+                for status, n in other.counts.items():
+                    self.counts[status] += n
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def figures(self) -> dict:
+        done = sum(self.counts[status] for status in DONE_STATUSES)
+        succeeded = self.counts[RolloutStatus.SUCCEEDED]
+        return {
+            "total": self.total,
+            "done": done,
+            "cancelled": self.counts[RolloutStatus.CANCELLED],
+            "pending": sum(self.counts[status] for status in PENDING_STATUSES),
+            "counts": dict(self.counts),
+            "succeeded": succeeded,
+            "success_rate": _ratio(succeeded, done),
+            RETURN: {"mean": _mean(self.return_sum, self.return_n), "count": self.return_n, "missing": done - self.return_n},
+            VERIFIER: {"mean": _mean(self.verifier_sum, self.verifier_n), "count": self.verifier_n, "missing": done - self.verifier_n},
+            "mean_steps": round(self.steps_sum / done, 2) if done else None,
+        }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _mean(total: float, n: int) -> float | None:
+    return round(total / n, 4) if n else None
+
+
+def _tallies_by_task(rollouts) -> dict[str, _Tally]:
+    done, ran = Q(status__in=DONE_STATUSES), Q(status__in=RETURN_STATUSES)
+    rows = (
+        rollouts.order_by()
+        .values("task_id")
+        .annotate(
+            total=Count("id"),
+            return_n=Count("id", filter=ran),
+            return_sum=Sum("total_reward", filter=ran),
+            verifier_n=Count("verifier_reward", filter=done),
+            verifier_sum=Sum("verifier_reward", filter=done),
+            steps_sum=Sum("step_count", filter=done),
+            **{f"n_{status}": Count("id", filter=Q(status=status)) for status in RolloutStatus.values},
+        )
+    )
+    tallies = {}
+    for row in rows:
+        tallies[row["task_id"]] = _Tally(
+            total=row["total"],
+            counts={status: row[f"n_{status}"] for status in RolloutStatus.values},
+            return_n=row["return_n"], return_sum=row["return_sum"] or 0.0,
+            verifier_n=row["verifier_n"], verifier_sum=row["verifier_sum"] or 0.0,
+            steps_sum=row["steps_sum"] or 0,
+        )
+    return tallies
+
+
+def run_figures(run: Run) -> dict:
+    """The run's figures overall, by difficulty and by task (see the module docstring), with its status."""
+    by_task = _tallies_by_task(Rollout.objects.filter(run=run))
+    difficulty_of = {str(task.get("id")): task.get("difficulty") for task in run.environment_version.tasks}
+    overall, by_difficulty = _Tally(), {}
+    for task_id, tally in by_task.items():
+        overall.add(tally)
+        by_difficulty.setdefault(_difficulty_key(difficulty_of.get(task_id)), _Tally()).add(tally)
+    return {
+        "run_id": run.pk,
+        "status": run.status,
+        **overall.figures(),
+        "by_difficulty": {key: by_difficulty[key].figures() for key in sorted(by_difficulty, key=_difficulty_order)},
+        "by_task": {task_id: by_task[task_id].figures() for task_id in sorted(by_task)},
+    }
+
+
+def _difficulty_key(difficulty) -> str:
+    return "none" if difficulty is None else str(difficulty)
+
+
+def _difficulty_order(key: str):
+    try:
+        return (0, float(key), key)
+    except ValueError:
+        return (1, 0.0, key)
+
+
+def run_points(run: Run) -> list[dict]:
+    """One point per done rollout that has a reward, in finishing order: what the reward chart plots."""
+    return list(
+        Rollout.objects.filter(run=run, status__in=RETURN_STATUSES)
+        .order_by("finished_at", "id")
+        .values("id", "status", "total_reward", "verifier_reward", "task_id", "seed")
+    )
+
+
+# Live pages swap these in by id: the same templates a reload renders, so a live page equals a reload.
+SUMMARY_PARTIALS = {"summary-stats": "runs/_summary.html", "by-difficulty": "runs/_by_difficulty.html"}
+
+
+def run_summary_message(run: Run) -> dict:
+    """What a run's websocket sends as its summary: the figures, and the page's parts rendered from them."""
+    from django.template.loader import render_to_string
+
+    summary = run_figures(run)
+    html = {element: render_to_string(template, {"summary": summary}) for element, template in SUMMARY_PARTIALS.items()}
+    return {"type": "run", "summary": summary, "html": html}

@@ -1,0 +1,30 @@
+"""How run figures read on a page: one format for a reload and a live update (both render these)."""
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def percent(ratio) -> str:
+    """0.25 -> "25%"; no ratio (nothing done yet) -> "—"."""
+    return "—" if ratio is None else f"{round(100 * ratio)}%"
+
+
+@register.filter
+def reward(value, digits: int = 3) -> str:
+    """A reward to `digits` decimals; none -> "—" (never "0": a missing reward is not a zero)."""
+    return "—" if value is None else f"{value:.{int(digits)}f}"
+
+
+@register.filter
+def share(part, whole) -> int:
+    """part of whole as a whole percentage for a bar's width (0 when whole is 0)."""
+    return round(100 * part / whole) if whole else 0
+
+
+@register.filter
+def seed_ranges(seeds) -> str:
+    """A run's seeds as ranges: "0-19, 25"."""
+    from runs.forms import format_seeds
+
+    return format_seeds(seeds or [])
