@@ -25,7 +25,9 @@ SCRIPTED_AGENT_FILE = "agent.py"
 
 
 def code_hash(code: str) -> str:
-    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+    """sha256 of an agent's code; "" for an agent with no code (random, model, human), never the hash
+    of the empty string dressed up as the hash of some code."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest() if code else ""
 
 
 class AgentFailed(Exception):

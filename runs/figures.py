@@ -129,6 +129,24 @@ def _difficulty_order(key: str):
         return (1, 0.0, key)
 
 
+def with_run_counts(runs):
+    """Annotate total, done, cancelled, succeeded, bad (errored or timed out), running and success_rate
+    onto a run queryset: the list pages' figures, by the same definitions as run_figures."""
+    from django.db.models import ExpressionWrapper, F, FloatField, Value
+    from django.db.models.functions import NullIf
+
+    return runs.annotate(
+        total=Count("rollouts"),
+        done=Count("rollouts", filter=Q(rollouts__status__in=DONE_STATUSES)),
+        cancelled=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.CANCELLED)),
+        succeeded=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.SUCCEEDED)),
+        bad=Count("rollouts", filter=Q(rollouts__status__in=[RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT])),
+        running=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.RUNNING)),
+    ).annotate(
+        success_rate=ExpressionWrapper(F("succeeded") * Value(1.0) / NullIf(F("done"), 0), output_field=FloatField()),
+    )
+
+
 def run_points(run: Run) -> list[dict]:
     """One point per done rollout that has a reward, in finishing order: what the reward chart plots."""
     return list(

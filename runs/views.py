@@ -3,7 +3,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse, JsonResponse
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
@@ -16,7 +16,7 @@ from studio.errors import DomainError
 
 from . import artifacts, events, figures, selectors, services
 from .forms import AgentForm, RunForm
-from .models import FINISHED_ROLLOUT_STATUSES, Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
+from .models import Agent, AgentKind, Rollout, Run, RunStatus
 
 STEPS_PER_PAGE = 50
 
@@ -26,19 +26,9 @@ def random_agent(*, team, actor) -> Agent:
 
 
 def _runs_with_counts(team):
-    finished = Q(rollouts__status__in=FINISHED_ROLLOUT_STATUSES)
-    return (
-        Run.objects.filter(team=team)
-        .select_related("environment_version__environment", "agent", "created_by")
-        .annotate(
-            total=Count("rollouts"),
-            done=Count("rollouts", filter=finished),
-            succeeded=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.SUCCEEDED)),
-            bad=Count("rollouts", filter=Q(rollouts__status__in=[RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT])),
-            running=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.RUNNING)),
-        )
-        .order_by("-created_at")
-    )
+    return figures.with_run_counts(
+        Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
+    ).order_by("-created_at")
 
 
 @team_view("read")

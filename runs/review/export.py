@@ -54,7 +54,8 @@ def export_rollouts(rollouts, *, decision: str = "approved"):
         raise InvalidExport(f"decision must be one of {', '.join(EXPORT_DECISIONS)}")
     wanted = DECISION_FILTER[decision]
     if wanted is not None:
-        rollouts = with_current_label(rollouts).filter(current_label_decision__in=wanted)
+        # What a trainer may use has a reward: a label without a value never leaves as approved.
+        rollouts = with_current_label(rollouts).filter(current_label_decision__in=wanted, current_label_value__isnull=False)
     return rollouts
 
 

@@ -67,6 +67,13 @@ def label_decide(*, rollout: Rollout, actor, decision: str, value: float | None 
         if decision == LabelDecision.APPROVED:
             proposal = labels.filter(source=LabelSource.VERIFIER).order_by("-created_at", "-id").first()
             value = proposal.value if proposal else value
+            if value is None:
+                # Approved labels are training data: a rollout that produced no reward has nothing to approve.
+                raise InvalidDecision(
+                    f"This rollout ({rollout.status}) has no reward to approve: reject it (for example as the"
+                    " environment's fault), or override it with a value and a rationale.",
+                    field="decision",
+                )
         if step is None:
             deciders = set(labels.filter(source=LabelSource.HUMAN).values_list("reviewer_id", flat=True))
             required = max(1, rollout.run.reviews_required)

@@ -15,3 +15,16 @@ def as_json(value, indent=None):
         return json.dumps(value, indent=int(indent) if indent else None, ensure_ascii=False, separators=None if indent else (", ", ": "))
     except (TypeError, ValueError):
         return repr(value)
+
+
+@register.filter
+def flat_items(record: dict, prefix: str = ""):
+    """A nested record as (dotted key, leaf value) pairs, so it reads as a two-column table."""
+    items = []
+    for key, value in (record or {}).items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            items.extend(flat_items(value, path))
+        else:
+            items.append((path, value))
+    return items

@@ -60,17 +60,28 @@
 
   function highlightChanges(prevText, text) {
     // Lines not present in the previous observation are marked, so what changed stands out.
+    // Built as text nodes: an observation is the environment's data, never markup.
     const before = new Map();
     (prevText || "").split("\n").forEach((l) => before.set(l, (before.get(l) || 0) + 1));
     let changed = 0;
-    const html = text.split("\n").map((line) => {
+    const nodes = [];
+    text.split("\n").forEach((line, i) => {
+      if (i) nodes.push("\n");
+      const span = document.createElement("span");
+      span.textContent = line;
       const n = before.get(line) || 0;
-      const safe = line.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-      if (n > 0) { before.set(line, n - 1); return `<span>${safe}</span>`; }
-      changed += 1;
-      return `<span class="changed">${safe}</span>`;
-    }).join("\n");
-    return { html, changed };
+      if (n > 0) before.set(line, n - 1);
+      else { changed += 1; span.className = "changed"; }
+      nodes.push(span);
+    });
+    return { nodes, changed };
+  }
+
+  function badge(text, cls) {
+    const span = document.createElement("span");
+    span.className = cls ? `badge ${cls}` : "badge";
+    span.textContent = text;
+    return span;
   }
 
   let renderToken = 0;
@@ -89,18 +100,18 @@
       el.action.textContent = i < 0 ? "(initial observation, before any action)" : "loading…";
       el.obs.textContent = pretty(state.initial);
       el.reward.textContent = el.cumulative.textContent = el.elapsed.textContent = "—";
-      el.info.textContent = "—"; el.flags.innerHTML = ""; el.changed.textContent = "";
+      el.info.textContent = "—"; el.flags.replaceChildren(); el.changed.textContent = "";
       el.artifact.hidden = true;
     } else {
       el.action.textContent = pretty(step.action);
       const diff = highlightChanges(pretty(prevObs), pretty(step.observation));
-      el.obs.innerHTML = diff.html;
+      el.obs.replaceChildren(...diff.nodes);
       el.changed.textContent = diff.changed ? `${diff.changed} line${diff.changed === 1 ? "" : "s"} changed` : "unchanged";
       el.reward.textContent = fmt(step.reward);
       el.cumulative.textContent = fmt(state.cumulative[i]);
       el.elapsed.textContent = `${fmt(step.elapsed_ms)} ms`;
       el.info.textContent = pretty(step.info);
-      el.flags.innerHTML = (step.terminated ? '<span class="badge">terminated</span> ' : "") + (step.truncated ? '<span class="badge warn">truncated</span>' : "");
+      el.flags.replaceChildren(...(step.terminated ? [badge("terminated"), " "] : []), ...(step.truncated ? [badge("truncated", "warn")] : []));
       if (step.artifact_url) { el.artifact.src = step.artifact_url; el.artifact.hidden = false; } else { el.artifact.hidden = true; }
     }
     chartCursor(i);
@@ -170,8 +181,10 @@
     return changed;
   }
 
+  let seenLive = false;
   function applyStatus(st) {
     if (!st) return;
+    const wasLive = seenLive && !state.finished;
     el.status.textContent = st.status;
     el.status.className = `badge ${st.status}`;
     const finished = ["succeeded", "failed", "errored", "timed_out", "cancelled"].includes(st.status);
@@ -184,6 +197,14 @@
       el.vReward.textContent = st.verifier_reward === null || st.verifier_reward === undefined ? "—" : st.verifier_reward;
       el.vReason.textContent = [st.verifier_reason, st.verifier_error, st.error].filter(Boolean).join(" · ");
       if (state.playing && state.pos >= state.count - 1) pause();
+      // Watched to its end: the page's header, outcome, labels and reproduction record become what a
+      // reload shows, from the same template.
+      if (wasLive && window.studioRefresh) {
+        window.studioRefresh(location.pathname, ["rollout-head", "rollout-error", "rollout-outcome", "rollout-reproduce"])
+          .catch((err) => console.warn("could not refresh the rollout", err));
+      }
+    } else {
+      seenLive = true;
     }
   }
 

@@ -10,12 +10,8 @@
   function submit(kind) {
     if (!form) return;
     decision.value = kind;
-    if (kind === "overridden") {
-      const value = document.getElementById("override-value");
-      const why = document.getElementById("override-rationale");
-      if (!value.value.trim()) { value.focus(); return; }
-      if (!why.value.trim()) { why.focus(); return; }
-    }
+    // The server checks the decision (an override needs a value and a rationale, an approval a reward)
+    // and answers a refusal with its reason, shown in #decision-error: one definition of the rules.
     form.requestSubmit ? form.requestSubmit() : htmx.trigger(form, "submit");
   }
   function toggleOverride(show) {
