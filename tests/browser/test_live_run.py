@@ -42,9 +42,9 @@ def test_run_page_and_viewer_follow_a_live_rollout(page, asgi_server, celery_wor
     # The row's step count grows and the "running now" panel shows its latest step, without a reload.
     page.wait_for_selector(f"#rollout-{rollout.pk} .badge.running", timeout=20_000)
     page.wait_for_selector(".live-item", timeout=10_000)
-    first = int(page.locator(f"#rollout-{rollout.pk} td").nth(6).inner_text())
+    first = int(page.locator(f"#rollout-{rollout.pk} [data-k=steps]").inner_text())
     page.wait_for_function(
-        f"Number(document.querySelector('#rollout-{rollout.pk}').children[6].textContent) > {first + 3}", timeout=10_000
+        f"Number(document.querySelector('#rollout-{rollout.pk} [data-k=steps]').textContent) > {first + 3}", timeout=10_000
     )
 
     page.goto(f"{asgi_server}/t/alpha/rollouts/{rollout.pk}/")
