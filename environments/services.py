@@ -19,6 +19,10 @@ class InvalidInput(DomainError):
     pass
 
 
+class NothingToCommit(InvalidInput):
+    """The files are those of the latest version: a commit would be a copy with the same content hash."""
+
+
 class StaleDraft(Conflict):
     """The draft changed since the editor loaded it; carries both versions of the file."""
 
@@ -225,7 +229,8 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
     with transaction.atomic():
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         draft = Draft.objects.select_for_update().get(environment=env)
-        if files is None:
+        from_draft = files is None
+        if from_draft:
             if expected_revision is not None and draft.revision != int(expected_revision):
                 raise StaleDraft(draft=draft, path=None, yours=None)
             files = dict(draft.files)
@@ -238,6 +243,10 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
                 [package.PackageProblem("environment.toml", None, f"kind is {manifest.get('kind')!r} but this environment is {env.kind!r}")]
             )
         parent = env.versions.order_by("-number").first()
+        digest = package.content_hash(files)
+        # An unchanged draft is refused; an explicit package (push, upload) may re-import the same files.
+        if from_draft and parent is not None and parent.content_hash == digest:
+            raise NothingToCommit(f"Nothing to commit: the files are the same as {parent.label}.", field="files")
         number = (env.versions.aggregate(m=Max("number"))["m"] or 0) + 1
         version = EnvironmentVersion.objects.create(
             environment=env,
@@ -246,7 +255,7 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
             files=files,
             manifest=manifest,
             tasks=package.parse_tasks(files),
-            content_hash=package.content_hash(files),
+            content_hash=digest,
             author=actor,
             message=message,
         )

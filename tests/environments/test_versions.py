@@ -22,6 +22,25 @@ def test_commit_numbers_versions_and_links_parents(environment, owner):
     assert v2.author == owner and v2.message == "second"
 
 
+def test_committing_an_unchanged_draft_is_refused_as_nothing_to_commit(environment, owner):
+    v1 = services.version_commit(environment=environment, actor=owner, message="first")
+    with pytest.raises(services.NothingToCommit, match="Nothing to commit: the files are the same as"):
+        services.version_commit(environment=environment, actor=owner, message="again")
+    assert list(environment.versions.values_list("number", flat=True)) == [v1.number]
+
+
+def test_the_commit_page_says_nothing_to_commit(environment, owner, team):
+    from tests.conftest import login
+
+    services.version_commit(environment=environment, actor=owner, message="first")
+    environment.draft.refresh_from_db()
+    response = login(owner).post(
+        f"/t/{team.slug}/environments/{environment.slug}/commit/",
+        {"message": "again", "revision": environment.draft.revision}, headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 400 and "Nothing to commit" in response.content.decode()
+
+
 def test_version_rows_cannot_be_changed(environment, owner):
     v1 = services.version_commit(environment=environment, actor=owner, message="first")
     v1.message = "rewritten"
