@@ -1,5 +1,5 @@
 """Reads of environments and versions, always scoped to one team."""
-from django.db.models import Count, Max
+from django.db.models import BooleanField, Case, Count, F, Max, OuterRef, Q, Subquery, Value, When
 from django.shortcuts import get_object_or_404
 
 from .models import Environment, EnvironmentVersion
@@ -11,6 +11,31 @@ def environments_for_team(*, team):
         .annotate(version_count=Count("versions"), latest_number=Max("versions__number"))
         .order_by("name")
     )
+
+
+def environment_cards(*, team, q: str = "") -> list[Environment]:
+    """The environments list: each with its version count, whether its draft has uncommitted changes,
+    and its last run (`last_run`, with the run figures' counts and success rate, or None)."""
+    from runs.figures import with_run_counts
+    from runs.models import Run
+
+    last_run = Run.objects.filter(environment_version__environment=OuterRef("pk")).order_by("-created_at", "-id")
+    envs = environments_for_team(team=team).annotate(
+        last_run_id=Subquery(last_run.values("id")[:1]),
+        uncommitted=Case(
+            When(draft__based_on__isnull=True, then=Value(True)),
+            When(draft__files=F("draft__based_on__files"), then=Value(False)),
+            default=Value(True), output_field=BooleanField(),
+        ),
+    )
+    if q:
+        envs = envs.filter(Q(name__icontains=q) | Q(slug__icontains=q))
+    envs = list(envs)
+    runs = with_run_counts(Run.objects.select_related("environment_version__environment").filter(pk__in=[e.last_run_id for e in envs if e.last_run_id]))
+    by_id = {run.pk: run for run in runs}
+    for env in envs:
+        env.last_run = by_id.get(env.last_run_id)
+    return envs
 
 
 def environment_get(*, team, slug: str) -> Environment:

@@ -33,10 +33,8 @@ def _hx_redirect(request, url):
 
 @team_view("read")
 def environment_list(request):
-    envs = selectors.environments_for_team(team=request.team)
     q = request.GET.get("q", "").strip()
-    if q:
-        envs = envs.filter(name__icontains=q) | envs.filter(slug__icontains=q)
+    envs = selectors.environment_cards(team=request.team, q=q)
     template = "environments/list.html#env-rows" if request.htmx else "environments/list.html"
     return render(request, template, {"environments": envs, "q": q, "upload_form": UploadForm()})
 

@@ -7,8 +7,12 @@ from runs import views as runs_views
 from . import views
 from .api import api
 
+from django.templatetags.static import static as static_url
+from django.views.generic import RedirectView
+
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", RedirectView.as_view(url=static_url("favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

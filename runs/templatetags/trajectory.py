@@ -28,3 +28,32 @@ def flat_items(record: dict, prefix: str = ""):
         else:
             items.append((path, value))
     return items
+
+
+# How a rollout's reproduction record reads: what decides the episode first, where it ran after.
+REPRODUCTION_SECTIONS = (
+    ("Episode", ("environment", "version", "content_hash", "entrypoint", "task_id", "seed", "repeat"), True),
+    ("Agent", ("agent",), True),
+    ("Limits", ("limits",), True),
+    ("Environment sandbox", ("sandbox",), False),
+    ("Agent sandbox", ("agent_sandbox",), False),
+)
+
+
+@register.filter
+def reproduction_sections(record: dict):
+    """[(title, [(key, value)], open)] of a reproduction record; keys no section names go last."""
+    record = dict(record or {})
+    sections = []
+    for title, keys, open_ in REPRODUCTION_SECTIONS:
+        part = {key: record.pop(key) for key in keys if key in record}
+        if not part:
+            continue
+        if len(keys) == 1 and isinstance(part[keys[0]], dict):
+            items = flat_items(part[keys[0]])
+        else:
+            items = flat_items(part)
+        sections.append((title, items, open_))
+    if record:
+        sections.append(("Other", flat_items(record), True))
+    return sections

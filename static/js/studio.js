@@ -49,3 +49,20 @@ window.studioRefresh = async function (url, ids) {
   window.studioSwapFrom(body, ids);
   return body;
 };
+// "?" shows the page's keyboard shortcuts (base.html's dialog, filled by the page's shortcuts block);
+// pages without shortcuts of their own have no "?" button and the key does nothing.
+(function () {
+  const dialog = document.getElementById("shortcuts");
+  const hasShortcuts = () => dialog && dialog.querySelectorAll("dt").length > 1;
+  const toggle = () => { if (dialog.open) dialog.close(); else dialog.showModal(); };
+  document.addEventListener("DOMContentLoaded", () => {
+    const button = document.querySelector("[data-shortcuts-open]");
+    if (button && hasShortcuts()) { button.hidden = false; button.addEventListener("click", toggle); }
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "?" || e.ctrlKey || e.metaKey || e.altKey || !hasShortcuts()) return;
+    if (e.target.closest && e.target.closest("input, textarea, select, [contenteditable], .CodeMirror")) return;
+    e.preventDefault();
+    toggle();
+  });
+})();

@@ -1,4 +1,6 @@
-"""Create the demo user and team and load the demo environment packages (idempotent)."""
+"""Create the demo user and team, load the demo environment packages, their solving and gaming agents,
+a finished run per environment and a few reviewed rollouts, so a first visit finds every page
+populated (idempotent: what exists is left alone; `--no-runs` skips the runs)."""
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
@@ -6,13 +8,21 @@ from django.db import transaction
 from environments import package, services
 from environments.demo import demo_package_dirs, read_folder
 from environments.models import Environment
+from runs.figures import run_figures
+from studio.errors import DomainError
 from studio.models import Membership, Role, Team
 
 DEMO_USER, DEMO_PASSWORD, DEMO_TEAM = "demo", "demo-password", "demo"
 
 
 class Command(BaseCommand):
-    help = "Create user demo/demo-password, team 'demo', and one version of each demo environment."
+    help = (
+        "Create user demo/demo-password, team 'demo', one version of each demo environment, the demo"
+        " agents, a finished run per environment and a few reviewed rollouts."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-runs", action="store_true", help="load environments and agents only")
 
     def handle(self, **options):
         User = get_user_model()
@@ -40,7 +50,59 @@ class Command(BaseCommand):
                 continue
             version = services.version_commit(environment=env, actor=user, message="Demo package", files=files)
             self.stdout.write(f"loaded {version.label}")
+        agents = {folder.name: self._agents(team, user, folder) for folder in demo_package_dirs()}
+        if not options["no_runs"]:
+            for folder in demo_package_dirs():
+                env = Environment.objects.get(team=team, slug=folder.name.replace("_", "-"))
+                if agents[folder.name]:
+                    self._finished_run(team, user, env, agents[folder.name][0])
         self.stdout.write(self.style.SUCCESS(f"Demo ready: log in as {DEMO_USER} / {DEMO_PASSWORD}"))
+
+
+    def _agents(self, team, user, folder) -> list:
+        """The package's solving agent (agent.py) and gaming agent (agent_gaming.py), when it has them."""
+        from runs import services as run_services
+
+        made = []
+        for filename, role in (("agent.py", "solver"), ("agent_gaming.py", "gamer")):
+            path = folder / filename
+            if path.exists():
+                agent = run_services.agent_get_or_create(
+                    team=team, actor=user, name=f"{folder.name.replace('_', '-')} {role}", kind="scripted",
+                    code=path.read_text(encoding="utf-8"),
+                )
+                made.append(agent)
+        return made
+
+    def _finished_run(self, team, user, env, agent) -> None:
+        """One run of the solver over every task (seeds 0-1), played here, with its first rollouts reviewed."""
+        from runs import services as run_services
+        from runs.review import services as review_services
+        from runs.tasks import execute_rollout
+
+        if env.versions.filter(runs__isnull=False).exists():
+            return
+        version = env.versions.order_by("-number").first()
+        run = run_services.run_create(team=team, actor=user, version=version, agent=agent, seeds=[0, 1], enqueue=False)
+        for rollout_id in run.rollouts.order_by("id").values_list("id", flat=True):
+            execute_rollout(rollout_id)
+        reviewed = 0
+        for rollout in run.rollouts.order_by("id"):
+            if reviewed == 2:
+                break
+            try:
+                review_services.label_decide(rollout=rollout, actor=user, decision="approved")
+            except DomainError:
+                # No reward to approve (the episode did not end normally): the environment's fault.
+                review_services.label_decide(
+                    rollout=rollout, actor=user, decision="rejected", rationale="no reward: the episode did not end normally"
+                )
+            reviewed += 1
+        figures = run_figures(run)
+        self.stdout.write(
+            f"run {run.pk} of {version.label} by {agent.name}: {figures['done']}/{figures['total']} done,"
+            f" {figures['succeeded']} succeeded, {reviewed} reviewed"
+        )
 
 
 def _description(files):
