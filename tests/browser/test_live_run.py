@@ -59,6 +59,14 @@ def test_run_page_and_viewer_follow_a_live_rollout(page, asgi_server, celery_wor
     page.wait_for_selector("#replay-verdict:not([hidden])", timeout=10_000)
     assert "counted to 40" in page.locator("#replay-verdict").inner_text()
     assert page.evaluate("window.studioReplay.state.count") == 40
+    # The page around the viewer follows too: header, outcome and labels as a reload shows them.
+    finished = Rollout.objects.get(pk=rollout.pk)
+    page.wait_for_selector(f"#rollout-head .badge.{finished.status}", timeout=10_000)
+    assert "proposed" in page.locator("#rollout-outcome").inner_text()
+    live_outcome = page.locator("#rollout-outcome").inner_text()
+    page.reload()
+    page.wait_for_selector("#replay.ready")
+    assert page.locator("#rollout-outcome").inner_text() == live_outcome
 
     page.keyboard.press("Home")
     page.wait_for_function("document.getElementById('replay-position').textContent.startsWith('start')")
