@@ -22,7 +22,7 @@ setup: $(VENV)/.installed
 
 run: setup
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py seed_demo --live-run
 	@bash scripts/run_studio.sh $(HOST) $(PORT)
 
 test: setup

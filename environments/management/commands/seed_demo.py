@@ -23,6 +23,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--no-runs", action="store_true", help="load environments and agents only")
+        parser.add_argument(
+            "--live-run", action="store_true",
+            help="also queue a longer run for the workers (make run starts them next), to watch live",
+        )
 
     def handle(self, **options):
         User = get_user_model()
@@ -56,6 +60,8 @@ class Command(BaseCommand):
                 env = Environment.objects.get(team=team, slug=folder.name.replace("_", "-"))
                 if agents[folder.name]:
                     self._finished_run(team, user, env, agents[folder.name][0])
+        if options["live_run"]:
+            self._live_run(team, user)
         self.stdout.write(self.style.SUCCESS(f"Demo ready: log in as {DEMO_USER} / {DEMO_PASSWORD}"))
 
 
@@ -103,6 +109,21 @@ class Command(BaseCommand):
             f"run {run.pk} of {version.label} by {agent.name}: {figures['done']}/{figures['total']} done,"
             f" {figures['succeeded']} succeeded, {reviewed} reviewed"
         )
+
+
+    def _live_run(self, team, user) -> None:
+        """A random agent over guess-number's tasks and 40 seeds, queued for the workers; none is added
+        while an earlier one is still queued or running."""
+        from runs import services as run_services
+        from runs.models import Run, RunStatus
+
+        env = Environment.objects.filter(team=team, slug="guess-number").first()
+        if env is None or Run.objects.filter(team=team, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
+            return
+        agent = run_services.agent_get_or_create(team=team, actor=user, name="random", kind="random")
+        version = env.versions.order_by("-number").first()
+        run = run_services.run_create(team=team, actor=user, version=version, agent=agent, seeds=list(range(40)))
+        self.stdout.write(f"run {run.pk} of {version.label} by random queued: watch it at /t/{team.slug}/runs/{run.pk}/")
 
 
 def _description(files):

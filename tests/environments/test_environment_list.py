@@ -1,0 +1,36 @@
+"""The environments list tells, per environment, its last run with its success rate and whether the
+draft holds uncommitted changes."""
+from environments import selectors, services
+from runs import services as run_services
+from runs.models import Rollout
+from tests.conftest import login
+
+
+def test_uncommitted_changes_show_until_committed(environment, owner, team):
+    (card,) = selectors.environment_cards(team=team)
+    assert card.uncommitted  # nothing committed yet
+    services.version_commit(environment=environment, actor=owner, message="first")
+    (card,) = selectors.environment_cards(team=team)
+    assert not card.uncommitted
+    environment.draft.refresh_from_db()
+    services.draft_save_file(environment=environment, actor=owner, path="notes.md", content="hi", expected_revision=environment.draft.revision)
+    (card,) = selectors.environment_cards(team=team)
+    assert card.uncommitted
+    assert "uncommitted changes" in login(owner).get(f"/t/{team.slug}/environments/").content.decode()
+
+
+def test_the_last_run_and_its_success_rate_show_on_the_card(environment, owner, team):
+    version = services.version_commit(environment=environment, actor=owner, message="first")
+    agent = run_services.agent_get_or_create(team=team, actor=owner, name="random", kind="random")
+    run_services.run_create(team=team, actor=owner, version=version, agent=agent, seeds=[0], enqueue=False)
+    last = run_services.run_create(team=team, actor=owner, version=version, agent=agent, seeds=[0, 1, 2, 3], enqueue=False)
+    for rollout, status in zip(last.rollouts.order_by("id"), ["succeeded", "failed", "errored", "cancelled"]):
+        Rollout.objects.filter(pk=rollout.pk).update(status=status)
+    (card,) = selectors.environment_cards(team=team)
+    assert card.last_run.pk == last.pk and (card.last_run.done, card.last_run.cancelled) == (3, 1)
+    page = login(owner).get(f"/t/{team.slug}/environments/").content.decode()
+    assert f"#{last.pk} queued" in page and "<strong>33%</strong> success" in page
+
+
+def test_no_run_yet_says_so(environment, owner, team):
+    assert "No runs yet" in login(owner).get(f"/t/{team.slug}/environments/").content.decode()
