@@ -92,6 +92,17 @@ def create_run(request, payload: RunIn):
     return Status(201, _run_out(_runs(request).get(pk=run.pk)))
 
 
+@router.get("/runs/compare")
+def compare_runs(request, runs: str):
+    """Runs side by side, task by task (`?runs=12,15`): each run's figures per task and overall, with
+    each later run's difference from the first in success rate and mean return; what the comparison page shows."""
+    try:
+        chosen = selectors.runs_by_ids(team=request.team, text=runs)
+    except ValueError as exc:
+        raise services.InvalidRun(str(exc), field="runs") from None
+    return figures.runs_compared(chosen)
+
+
 @router.get("/runs/{run_id}", response=RunOut)
 def get_run(request, run_id: int):
     return _run_out(get_object_or_404(_runs(request), pk=run_id))

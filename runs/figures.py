@@ -15,7 +15,7 @@ The run page, its live updates, `GET /api/v1/runs/{id}` and `run_rollouts --wait
 """
 from dataclasses import dataclass, field, fields
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, F, Q, Sum
 
 from .models import Rollout, RolloutStatus, Run
 
@@ -147,6 +147,83 @@ def with_run_counts(runs):
     )
 
 
+def return_histogram(run: Run, *, bins: int = 12) -> dict:
+    """Counts of done rollouts' returns (those that have one) in `bins` equal bins from the lowest to
+    the highest: {"edges": [lo, ..., hi], "counts": [...], "count": n}. Two queries, whatever the run's size."""
+    from django.db.models import FloatField, Max, Min, Value
+    from django.db.models.functions import Floor, Least
+
+    returns = Rollout.objects.filter(run=run, status__in=RETURN_STATUSES)
+    span = returns.aggregate(lo=Min("total_reward"), hi=Max("total_reward"), n=Count("id"))
+    if not span["n"]:
+        return {"edges": [], "counts": [], "count": 0}
+    lo, hi = span["lo"], span["hi"]
+    if hi == lo:
+        return {"edges": [lo, hi], "counts": [span["n"]], "count": span["n"]}
+    width = (hi - lo) / bins
+    rows = (
+        returns.order_by()
+        .annotate(bin=Least(Floor((F("total_reward") - Value(lo)) / Value(width)), Value(float(bins - 1)), output_field=FloatField()))
+        .values("bin")
+        .annotate(n=Count("id"))
+    )
+    counts = [0] * bins
+    for row in rows:
+        counts[int(row["bin"])] += row["n"]
+    return {"edges": [round(lo + i * width, 6) for i in range(bins + 1)], "counts": counts, "count": span["n"]}
+
+
+def runs_compared(runs: list[Run]) -> dict:
+    """Runs side by side, task by task: each run's figures per task and overall, and each later run's
+    difference from the first (success rate and mean return), for the comparison page and its API."""
+    figures = [run_figures(run) for run in runs]
+    task_ids = sorted({task_id for f in figures for task_id in f["by_task"]})
+
+    def delta(a, b):
+        return None if a is None or b is None else round(b - a, 4)
+
+    rows = []
+    for task_id in task_ids:
+        cells = [f["by_task"].get(task_id) for f in figures]
+        base = cells[0]
+        rows.append({
+            "task_id": task_id,
+            "cells": [
+                None if cell is None else {
+                    **cell,
+                    "success_delta": None if base is None or i == 0 else delta(base["success_rate"], cell["success_rate"]),
+                    "return_delta": None if base is None or i == 0 else delta(base[RETURN]["mean"], cell[RETURN]["mean"]),
+                }
+                for i, cell in enumerate(cells)
+            ],
+        })
+    overall = [
+        {**f, "success_delta": None if i == 0 else delta(figures[0]["success_rate"], f["success_rate"]),
+         "return_delta": None if i == 0 else delta(figures[0][RETURN]["mean"], f[RETURN]["mean"])}
+        for i, f in enumerate(figures)
+    ]
+    return {"runs": [run.pk for run in runs], "overall": overall, "tasks": rows}
+
+
+ROLLOUT_ORDERS = {
+    "id": ("id",),
+    "return": ("total_reward", "id"), "-return": ("-total_reward", "id"),
+    "verifier": ("verifier_reward", "id"), "-verifier": ("-verifier_reward", "id"),
+    "steps": ("step_count", "id"), "-steps": ("-step_count", "id"),
+    "finished": ("finished_at", "id"), "-finished": ("-finished_at", "id"),
+}
+
+
+def run_rollouts(run: Run, *, status: str = "", task_id: str = "", order: str = "id"):
+    """The run page's rollouts table: filtered by status and task, in one of ROLLOUT_ORDERS."""
+    rollouts = Rollout.objects.filter(run=run)
+    if status in RolloutStatus.values:
+        rollouts = rollouts.filter(status=status)
+    if task_id:
+        rollouts = rollouts.filter(task_id=task_id)
+    return rollouts.order_by(*ROLLOUT_ORDERS.get(order, ROLLOUT_ORDERS["id"]))
+
+
 def run_points(run: Run) -> list[dict]:
     """One point per done rollout that has a reward, in finishing order: what the reward chart plots."""
     return list(
@@ -166,4 +243,4 @@ def run_summary_message(run: Run) -> dict:
 
     summary = run_figures(run)
     html = {element: render_to_string(template, {"summary": summary}) for element, template in SUMMARY_PARTIALS.items()}
-    return {"type": "run", "summary": summary, "html": html}
+    return {"type": "run", "summary": summary, "html": html, "histogram": return_histogram(run)}

@@ -22,6 +22,25 @@ def run_get(*, team, run_id: int) -> Run:
     return get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=team, pk=run_id)
 
 
+def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
+    """The team's runs named in '12,15' (or '12 15'), in that order; ValueError says what is wrong."""
+    ids = []
+    for part in (text or "").replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise ValueError(f"{part!r} is not a run number")
+        if int(part) not in ids:
+            ids.append(int(part))
+    if not 2 <= len(ids) <= most:
+        raise ValueError(f"Choose from 2 to {most} runs to compare.")
+    found = {run.pk: run for run in Run.objects.filter(team=team, pk__in=ids).select_related("environment_version__environment", "agent")}
+    missing = [str(i) for i in ids if i not in found]
+    if missing:
+        raise ValueError(f"No run {', '.join(missing)} in this team.")
+    return [found[i] for i in ids]
+
+
 def rollout_get(*, team, rollout_id: int) -> Rollout:
     return get_object_or_404(
         Rollout.objects.select_related("run__environment_version__environment", "run__agent"), team=team, pk=rollout_id

@@ -6,6 +6,7 @@ app_name = "runs"
 urlpatterns = [
     path("runs/", views.run_list, name="list"),
     path("runs/new/", views.run_new, name="new"),
+    path("runs/compare/", views.run_compare, name="compare"),
     path("runs/<int:run_id>/", views.run_detail, name="run"),
     path("runs/<int:run_id>/cancel/", views.run_cancel, name="cancel"),
     path("rollouts/<int:rollout_id>/", views.rollout_detail, name="rollout"),

@@ -1,4 +1,6 @@
 """Pages for agents, runs and rollouts."""
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse, JsonResponse
@@ -16,7 +18,7 @@ from studio.errors import DomainError
 
 from . import artifacts, events, figures, selectors, services
 from .forms import AgentForm, RunForm
-from .models import Agent, AgentKind, Rollout, Run, RunStatus
+from .models import Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 
 STEPS_PER_PAGE = 50
 
@@ -77,17 +79,40 @@ def run_new(request):
 def run_detail(request, run_id):
     run = get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=request.team, pk=run_id)
     summary = figures.run_figures(run)
-    rollouts = Paginator(run.rollouts.order_by("id"), 200).get_page(request.GET.get("page"))
-    points = figures.run_points(run)
+    table = {key: request.GET.get(key, "") for key in ("status", "task", "order")}
+    rollouts = Paginator(
+        figures.run_rollouts(run, status=table["status"], task_id=table["task"], order=table["order"] or "id"), 200
+    ).get_page(request.GET.get("page"))
+    analytics = {"histogram": figures.return_histogram(run), "by_task": summary["by_task"], "by_difficulty": summary["by_difficulty"]}
     context = {
-        "run": run, "summary": summary, "rollouts": rollouts, "points": points,
+        "run": run, "summary": summary, "rollouts": rollouts, "points": figures.run_points(run), "analytics": analytics,
+        "table": table, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
+        "table_query": urlencode({key: value for key, value in table.items() if value}),
         "agreement": review_selectors.agreement(run=run),
         "export_url": reverse("review:export_run", kwargs={"team": request.team.slug, "run_id": run.pk}),
-        "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
+        # A cancelled run stays live while its running rollouts stop; Cancel shows only while it can act.
+        "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING) or summary["pending"] > 0,
+        "cancellable": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
     }
     if request.htmx and request.GET.get("partial") == "body":
         return render(request, "runs/run.html#run-body", context)
     return render(request, "runs/run.html", context)
+
+
+@team_view("read")
+def run_compare(request):
+    """Two or more runs side by side, task by task: success rate and mean return, with deltas from the first."""
+    text = request.GET.get("runs", "") or ",".join(request.GET.getlist("run"))
+    try:
+        runs = selectors.runs_by_ids(team=request.team, text=text)
+    except ValueError as exc:
+        return render(request, "runs/compare.html", {"error": str(exc), "text": text}, status=400 if text else 200)
+    comparison = figures.runs_compared(runs)
+    return render(request, "runs/compare.html", {
+        "runs": runs, "comparison": comparison, "text": text,
+        "chart": {"runs": [f"#{run.pk} {run.agent.name}" for run in runs], "tasks": [row["task_id"] for row in comparison["tasks"]],
+                  "success": [[None if cell is None or cell["success_rate"] is None else round(100 * cell["success_rate"]) for cell in row["cells"]] for row in comparison["tasks"]]},
+    })
 
 
 @require_POST

@@ -28,3 +28,14 @@ def seed_ranges(seeds) -> str:
     from runs.forms import format_seeds
 
     return format_seeds(seeds or [])
+
+
+@register.filter
+def signed_percent(ratio) -> str:
+    """A difference of two rates: 0.25 -> "+25 pts"."""
+    return "—" if ratio is None else f"{round(100 * ratio):+d} pts"
+
+
+@register.filter
+def signed_reward(value) -> str:
+    return "—" if value is None else f"{value:+.3f}"

@@ -48,15 +48,65 @@
     chart.update("none");
   }
 
-  function applySummary(m) {
-    window.studioSwapFrom(window.studioParse(Object.values(m.html || {}).join("")), Object.keys(m.html || {}));
-    setRunStatus(m.summary.status);
+  // Analytics: return histogram, success by task and by difficulty (figures from runs/figures.py).
+  let analytics = JSON.parse(document.getElementById("run-analytics").textContent);
+  const bars = {};
+  function barChart(id, horizontal) {
+    const canvas = document.getElementById(id);
+    if (!window.Chart || !canvas) return null;
+    return new Chart(canvas, {
+      type: "bar",
+      data: { labels: [], datasets: [{ data: [], backgroundColor: "#2f5bea" }] },
+      options: {
+        animation: false, maintainAspectRatio: false, indexAxis: horizontal ? "y" : "x",
+        plugins: { legend: { display: false }, tooltip: { callbacks: { label: (c) => c.chart.$label(c) } } },
+        scales: horizontal ? { x: { min: 0, max: 100, ticks: { callback: (v) => `${v}%` } } } : { y: { beginAtZero: true, ticks: { precision: 0 } } },
+      },
+    });
+  }
+  function successBars(chart, groups, name) {
+    if (!chart) return;
+    const keys = Object.keys(groups || {});
+    chart.data.labels = keys.map((k) => (k === "none" ? "—" : `${name} ${k}`));
+    chart.data.datasets[0].data = keys.map((k) => (groups[k].success_rate === null ? 0 : Math.round(100 * groups[k].success_rate)));
+    chart.$label = (c) => { const g = groups[keys[c.dataIndex]]; return `${g.success_rate === null ? "—" : Math.round(100 * g.success_rate) + "%"} (${g.succeeded}/${g.done} done)`; };
+    chart.update("none");
+  }
+  function histogramBars(chart, h) {
+    if (!chart || !h) return;
+    chart.data.labels = h.counts.map((_, i) => `${fmt(h.edges[i], 2)}–${fmt(h.edges[i + 1], 2)}`);
+    chart.data.datasets[0].data = h.counts;
+    chart.$label = (c) => `${c.raw} rollout${c.raw === 1 ? "" : "s"} with a return in ${c.label}`;
+    chart.update("none");
+  }
+  function drawAnalytics() {
+    histogramBars(bars.histogram, analytics.histogram);
+    successBars(bars.task, analytics.by_task, "task");
+    successBars(bars.difficulty, analytics.by_difficulty, "difficulty");
+  }
+  function buildAnalytics() {
+    bars.histogram = barChart("chart-histogram", false);
+    bars.task = barChart("chart-by-task", true);
+    bars.difficulty = barChart("chart-by-difficulty", true);
+    drawAnalytics();
   }
 
-  function setRunStatus(status) {
+  function applySummary(m) {
+    analytics = { histogram: m.histogram || analytics.histogram, by_task: m.summary.by_task, by_difficulty: m.summary.by_difficulty };
+    drawAnalytics();
+    window.studioSwapFrom(window.studioParse(Object.values(m.html || {}).join("")), Object.keys(m.html || {}));
+    setRunStatus(m.summary.status, m.summary.pending);
+  }
+
+  // A run that ended loses its controls at once; the page stays live until no rollout is pending
+  // (a cancelled run's running rollouts stop a moment later).
+  function setRunStatus(status, pending) {
+    if (!status) return;
     const badge = document.getElementById("run-status");
-    if (badge && status) { badge.textContent = status; badge.className = `badge ${status}`; }
-    if (status && !["queued", "running"].includes(status)) finish();
+    if (badge) { badge.textContent = status; badge.className = `badge ${status}`; }
+    if (["queued", "running"].includes(status)) return;
+    document.querySelectorAll("[data-live-only]").forEach((node) => node.remove());
+    if (!Number(pending)) finish();
   }
 
   function applyStatus(m) {
@@ -118,8 +168,10 @@
         const fresh = await window.studioRefresh(url.toString(), ["summary-stats", "by-difficulty", "rollout-rows", "agreement"]);
         const data = fresh.querySelector("#run-points");
         if (data) { points = JSON.parse(data.textContent); redraw(); }
+        const more = fresh.querySelector("#run-analytics");
+        if (more) { analytics = JSON.parse(more.textContent); drawAnalytics(); }
         const stats = fresh.querySelector("#summary-stats");
-        if (stats) setRunStatus(stats.dataset.status);
+        if (stats) setRunStatus(stats.dataset.status, stats.dataset.pending);
       } catch (err) {
         console.warn("reconcile failed", err);
       } finally {
@@ -145,7 +197,6 @@
     if (poller) { clearInterval(poller); poller = null; }
     const panel = document.getElementById("live-steps");
     if (panel) panel.hidden = true;
-    document.querySelectorAll("[data-live-only]").forEach((node) => node.remove());
     reconcile();
   }
   function connect() {
@@ -167,5 +218,6 @@
     };
   }
   buildChart();
+  buildAnalytics();
   connect();
 })();
