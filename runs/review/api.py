@@ -73,6 +73,33 @@ def _annotation_out(note) -> dict:
     }
 
 
+class BulkIn(Schema):
+    decision: Literal["approved", "rejected"]
+    rationale: str = ""
+
+
+class BulkRefusal(Schema):
+    rollout_id: int
+    reason: str
+
+
+class BulkOut(Schema):
+    decision: str
+    decided: list[int]
+    refused: list[BulkRefusal]
+
+
+@router.post("/review/bulk", response=BulkOut)
+def review_bulk(request, query: Query[QueueQuery], payload: BulkIn):
+    """Approve or reject every rollout of your (filtered) queue, at most 500 a call, by the rules of a
+    single decision: refusals (no reward to approve, already decided) come back with their reasons."""
+    require(request, "review")
+    queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters())
+    return services.labels_decide_bulk(
+        team=request.team, rollouts=queue, actor=request.user, decision=payload.decision, rationale=payload.rationale,
+    )
+
+
 @router.get("/review/queue", response=QueuePage)
 def review_queue(request, query: Query[QueueQuery], limit: int = 50, offset: int = 0):
     """Rollouts waiting for your decision, in the order "next" walks them (oldest first)."""

@@ -115,3 +115,25 @@ def annotation_add(*, rollout: Rollout, actor, text: str, tags: list[str] | None
         raise InvalidAnnotation("That step belongs to another rollout.", field="step")
     return Annotation.objects.create(team_id=rollout.team_id, rollout=rollout, step=step, author=actor, text=text,
                                      tags=clean_tags)
+
+
+BULK_MOST = 500
+
+
+def labels_decide_bulk(*, team, rollouts, actor, decision: str, rationale: str = "") -> dict:
+    """Approve or reject every rollout of a (filtered) selection of the team's, by the rules of
+    `label_decide`, one at a time: what a rule refuses (no reward to approve, already decided) is
+    listed with its reason and the rest goes on. At most BULK_MOST rollouts a call. An override needs
+    a value and a rationale of its own, so overrides are one by one."""
+    _require_role(team=team, actor=actor, permission="review")
+    if decision not in (LabelDecision.APPROVED, LabelDecision.REJECTED):
+        raise InvalidDecision("Bulk decisions approve or reject; override rollouts one by one.", field="decision")
+    decided, refused = [], []
+    for rollout in rollouts.filter(team=team).select_related("run", "team")[:BULK_MOST]:
+        try:
+            label_decide(rollout=rollout, actor=actor, decision=decision, rationale=rationale)
+        except DomainError as exc:
+            refused.append({"rollout_id": rollout.pk, "reason": exc.message})
+        else:
+            decided.append(rollout.pk)
+    return {"decision": decision, "decided": decided, "refused": refused}

@@ -6,6 +6,7 @@ app_name = "review"
 urlpatterns = [
     path("review/", views.queue, name="queue"),
     path("review/next/", views.queue_next, name="next"),
+    path("review/bulk/", views.bulk_decide, name="bulk"),
     path("review/<int:rollout_id>/", views.item, name="item"),
     path("review/<int:rollout_id>/decide/", views.decide, name="decide"),
     path("review/<int:rollout_id>/annotate/", views.annotate, name="annotate"),

@@ -69,6 +69,33 @@ def queue(request):
     })
 
 
+@require_POST
+@team_view("review")
+def bulk_decide(request):
+    """Approve or reject every rollout of the filtered queue (at most services.BULK_MOST), by the usual rules."""
+    filters, active, errors = _filters(request.GET)
+    back = reverse("review:queue", kwargs={"team": request.team.slug}) + _qs(active)
+    if errors:
+        messages.error(request, "; ".join(errors))
+        return redirect(back)
+    queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=filters)
+    try:
+        result = services.labels_decide_bulk(
+            team=request.team, rollouts=queue, actor=request.user, decision=request.POST.get("decision", ""),
+            rationale=request.POST.get("rationale", ""),
+        )
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(back)
+    verb = "Approved" if result["decision"] == "approved" else "Rejected"
+    messages.success(request, f"{verb} {len(result['decided'])} rollout{'' if len(result['decided']) == 1 else 's'}.")
+    if result["refused"]:
+        shown = "; ".join(f"#{item['rollout_id']}: {item['reason']}" for item in result["refused"][:5])
+        more = f" (and {len(result['refused']) - 5} more)" if len(result["refused"]) > 5 else ""
+        messages.error(request, f"{len(result['refused'])} refused: {shown}{more}")
+    return redirect(back)
+
+
 @team_view("read")
 def queue_next(request):
     """Go to the next item of the (filtered) queue after ?after=ID, or back to the queue when done."""

@@ -68,3 +68,41 @@ def test_approved_exports_never_contain_reward_less_rollouts(errored, reviewer, 
     assert all(line["label"]["value"] is not None for line in lines)
     chat = [json.loads(line) for line in export_lines(run.rollouts.all(), decision="approved", fmt="chat")]
     assert [line["reward"] for line in chat] == [1.0]
+
+
+def test_bulk_approval_of_a_filtered_queue_follows_the_same_rules(make_run, reviewer, team):
+    run = make_run(rewards=(1.0, 0.0, 1.0))
+    api = api_for(reviewer, team)
+    body = api.post(f"/review/bulk?outcome=pass&run={run.pk}", {"decision": "approved", "rationale": "looks right"}).json()
+    passing = list(run.rollouts.filter(verifier_reward__gt=0).order_by("id").values_list("id", flat=True))
+    assert body["decided"] == passing and body["refused"] == []
+    assert api.post(f"/review/bulk?run={run.pk}", {"decision": "overridden"}).status_code == 422
+    # The failing one is still in the queue; the approved ones have left it.
+    assert [item["id"] for item in api.get("/review/queue", {"run": run.pk}).json()["items"]] == [
+        r for r in run.rollouts.order_by("id").values_list("id", flat=True) if r not in passing
+    ]
+
+
+def test_bulk_refusals_come_back_with_their_reasons(make_run, reviewer, team):
+    run = make_run(rewards=(1.0,))
+    rollout = run.rollouts.get()
+    from runs.models import RewardLabel
+
+    # A proposal without a value (a verifier that answered None): nothing to approve.
+    RewardLabel.objects.filter(rollout=rollout).delete()
+    RewardLabel.objects.create(team_id=rollout.team_id, rollout=rollout, source="verifier", value=None, decision="proposed")
+    body = api_for(reviewer, team).post(f"/review/bulk?run={run.pk}", {"decision": "approved"}).json()
+    assert body["decided"] == [] and "no reward to approve" in body["refused"][0]["reason"]
+
+
+def test_viewers_cannot_decide_in_bulk(make_run, viewer, team):
+    run = make_run()
+    assert api_for(viewer, team).post(f"/review/bulk?run={run.pk}", {"decision": "rejected"}).status_code == 403
+    assert login(viewer).post(f"/t/{team.slug}/review/bulk/?run={run.pk}", {"decision": "rejected"}).status_code == 403
+
+
+def test_the_queue_page_rejects_in_bulk_and_says_how_many(make_run, reviewer, team):
+    run = make_run(rewards=(0.0, 0.0))
+    response = login(reviewer).post(f"/t/{team.slug}/review/bulk/?run={run.pk}", {"decision": "rejected"}, follow=True)
+    assert "Rejected 2 rollouts." in response.content.decode()
+    assert not run.rollouts.exclude(labels__decision="rejected").exists()
