@@ -6,6 +6,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 
 from studio.errors import Conflict, DomainError
+from studio.slugs import slug_from
 
 from . import package
 from .models import Draft, Environment, EnvironmentKind, EnvironmentVersion
@@ -116,7 +117,7 @@ def environment_create(
         raise InvalidInput("Name is longer than 120 characters.", field="name")
     if kind not in EnvironmentKind.values:
         raise InvalidInput(f"Kind must be one of {', '.join(EnvironmentKind.values)}.", field="kind")
-    slug = _check_slug(slug or re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:80] or "env")
+    slug = _check_slug(slug or slug_from(name, fallback="env"))
     try:
         with transaction.atomic():
             env = Environment.objects.create(
@@ -280,7 +281,7 @@ def package_import(*, team, actor, data: bytes, filename: str, message: str = ""
     message = message or f"Imported {filename}"
     with transaction.atomic():
         if environment is None:
-            slug = re.sub(r"[^a-z0-9]+", "-", str(manifest["name"]).lower()).strip("-")[:80] or "env"
+            slug = slug_from(str(manifest["name"]), fallback="env")
             environment = Environment.objects.filter(team=team, slug=slug).first()
             if environment is None:
                 environment = environment_create(

@@ -2,9 +2,9 @@
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django.utils.text import slugify
 
 from .errors import DomainError
+from .slugs import slug_from
 from .models import ApiToken, Membership, Role, Team, hash_token
 
 
@@ -16,7 +16,7 @@ def team_create(*, name: str, actor) -> Team:
     name = name.strip()
     if not name:
         raise TeamError("A team needs a name.")
-    base = slugify(name)[:50] or "team"
+    base = slug_from(name, fallback="team", max_length=50)
     slug, n = base, 1
     while Team.objects.filter(slug=slug).exists():
         n += 1
