@@ -62,7 +62,13 @@ class RunOut(Schema):
     reviews_required: int
     created_at: datetime
     finished_at: datetime | None
-    summary: dict
+    summary: dict = Field(..., description=(
+        "runs.figures.run_figures, the same figures as the run page and its live updates: total, done (terminal"
+        " but not cancelled), cancelled, pending (queued or running; 0 once the run is over), counts per status,"
+        " succeeded, success_rate (succeeded / done), return and verifier as {mean, count, missing} (mean over the"
+        " done rollouts that have that reward, missing = done without it), mean_steps (over done), run_id, status,"
+        " and the same figures by_difficulty and by_task."
+    ))
 
 
 class RolloutOut(Schema):
