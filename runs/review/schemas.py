@@ -76,8 +76,16 @@ class NextOut(Schema):
     remaining: int | None = Field(None, description="items left in your queue (with count=true)")
 
 
+class ConfusionOut(Schema):
+    verifier_pass_human_pass: int
+    verifier_pass_human_fail: int
+    verifier_fail_human_pass: int
+    verifier_fail_human_fail: int
+
+
 class VerifierHumanOut(Schema):
     compared: int
+    confusion: ConfusionOut
     agreement_rate: float | None
     kappa: float | None
 

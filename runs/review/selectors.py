@@ -218,6 +218,11 @@ def agreement(*, version=None, run=None) -> dict:
         "override_rate": _round(override_rate),
         "verifier_human": {
             "compared": compared,
+            # Confusion matrix of the verifier's verdict (rows) against each human rating (columns).
+            "confusion": {
+                f"verifier_{'pass' if v else 'fail'}_human_{'pass' if h else 'fail'}": sum(1 for pair in verifier_human if pair == (v, h))
+                for v in (True, False) for h in (True, False)
+            },
             "agreement_rate": _round(sum(1 for a, b in verifier_human if a == b) / compared) if compared else None,
             "kappa": _round(cohen_kappa(verifier_human)),
         },

@@ -18,7 +18,11 @@ def test_kappa_matches_a_hand_computed_example(make_run, reviewer, version):
         decide(r, "approved")
     decide(rollouts[9], "overridden", 1.0)
     figures = selectors.agreement(run=run)
-    assert figures["verifier_human"] == {"compared": 10, "agreement_rate": 0.7, "kappa": 0.4}
+    assert figures["verifier_human"] == {
+        "compared": 10, "agreement_rate": 0.7, "kappa": 0.4,
+        "confusion": {"verifier_pass_human_pass": 4, "verifier_pass_human_fail": 2,
+                      "verifier_fail_human_pass": 1, "verifier_fail_human_fail": 3},
+    }
     assert (figures["approved"], figures["rejected"], figures["overridden"]) == (7, 1, 2)
     assert figures["override_rate"] == 0.3
     assert figures["verifier_often_overridden"] is True
@@ -53,9 +57,25 @@ def test_tags_are_counted_and_unreviewed_versions_read_empty(make_run, reviewer,
     figures = selectors.agreement(version=version)
     assert figures["tags"] == {"reward-hack": 2, "env-bug": 1}
     assert figures["rollouts"] == 2 and figures["human_decisions"] == 0
-    assert figures["verifier_human"] == {"compared": 0, "agreement_rate": None, "kappa": None}
+    assert figures["verifier_human"]["compared"] == 0 and figures["verifier_human"]["kappa"] is None
+    assert set(figures["verifier_human"]["confusion"].values()) == {0}
 
 
 def test_agreement_needs_exactly_one_scope():
     with pytest.raises(ValueError):
         selectors.agreement()
+
+
+def test_the_version_page_shows_the_confusion_matrix(make_run, reviewer, owner, team, version):
+    from tests.conftest import login
+
+    run = make_run([1.0, 1.0, 0.0])
+    first, second, third = run.rollouts.order_by("id")
+    services.label_decide(rollout=first, actor=reviewer, decision="approved")
+    services.label_decide(rollout=second, actor=reviewer, decision="rejected", rationale="gamed")
+    services.label_decide(rollout=third, actor=reviewer, decision="approved")
+    page = login(owner).get(f"/t/{team.slug}/environments/{version.environment.slug}/versions/{version.number}/").content.decode()
+    matrix = page[page.index('id="confusion"'):page.index("</table>", page.index('id="confusion"'))]
+    cells = [cell.split(">")[-1] for cell in matrix.split("</td>")[:-1]]
+    assert cells == ["1", "1", "0", "1"]
+
