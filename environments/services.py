@@ -42,6 +42,15 @@ class StaleDraft(Conflict):
     def api_extra(self):
         return {"revision": self.draft.revision, "path": self.path, "theirs": self.theirs, "yours": self.yours}
 
+    @property
+    def diff_lines(self) -> list[str]:
+        """Theirs against yours as unified-diff lines, what the conflict panel shows first."""
+        if self.path is None or self.yours is None:
+            return []
+        theirs = {self.path: self.theirs} if self.theirs is not None else {}
+        changes = diff_files(theirs, {self.path: self.yours}, old_label="theirs", new_label="yours")
+        return changes[0]["lines"] if changes else []
+
 
 class InvalidVersion(DomainError):
     """Commit refused: the files do not form a valid package."""

@@ -81,6 +81,10 @@ def test_conflicting_save_shows_both_texts_and_keeps_mine(page, live_server, own
     conflict = page.wait_for_selector(".conflict")
     text = conflict.inner_text()
     assert "arthur was here" in text and "olivia's change" in text
+    # The difference first, as a diff: theirs removed, yours added; and the panel fits the window.
+    assert page.locator(".conflict-diff .del", has_text="arthur was here").count() == 1
+    assert page.locator(".conflict-diff .add", has_text="olivia's change").count() == 1
+    assert conflict.bounding_box()["height"] <= page.viewport_size["height"]
     page.click("[data-conflict-take=mine]")
     page.wait_for_selector("#save-status .flash.success")
     environment.draft.refresh_from_db()
