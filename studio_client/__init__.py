@@ -73,7 +73,7 @@ class StudioClient:
     def run_batch(self, version: str, agent: int | str, *, task_ids="all", seeds="0", repeats: int = 1,
                   limits: dict | None = None, poll_s: float = 1.0, timeout_s: float = 3600.0) -> dict:
         """Evaluate an agent over a version's tasks: create the run, wait for it to finish, and return it
-        with its summary (success rate, mean reward by difficulty) and `usage` (tokens, cost)."""
+        with its summary (success rate, mean return and verifier reward, by difficulty and task) and `usage` (tokens, cost)."""
         run = self.request("POST", "/runs", {
             "version": version, "agent": agent, "task_ids": task_ids, "seeds": seeds, "repeats": repeats,
             "limits": limits or {},
