@@ -113,6 +113,10 @@ def queue_next(request):
 
 @team_view("read")
 def item(request, rollout_id):
+    return _item_page(request, rollout_id)
+
+
+def _item_page(request, rollout_id):
     rollout = get_object_or_404(
         Rollout.objects.select_related("run__environment_version__environment", "run__agent"),
         team=request.team, pk=rollout_id,
@@ -150,8 +154,16 @@ def decide(request, rollout_id):
     messages.success(request, f"Rollout #{rollout.pk}: {label.decision}" + (f" ({label.value})" if label.value is not None else "") + ".")
     url = reverse("review:next", kwargs={"team": request.team.slug}) + "?" + urlencode({**active, "after": rollout.pk})
     if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
+        filters = _filters(request.GET)[0]
+        following = selectors.next_in_queue(team=request.team, reviewer=request.user, after_rollout_id=rollout.pk, filters=filters)
+        if following is None:
+            response = HttpResponse(status=204)
+            response["HX-Redirect"] = url
+            return response
+        # The next item in place of this one, without a page load: the page's <main> swapped, its URL pushed.
+        response = _item_page(request, following.pk)
+        response["HX-Retarget"], response["HX-Reswap"], response["HX-Reselect"] = "main", "outerHTML", "main"
+        response["HX-Push-Url"] = reverse("review:item", kwargs={"team": request.team.slug, "rollout_id": following.pk}) + _qs(active)
         return response
     return redirect(url)
 

@@ -1,10 +1,22 @@
 // Rollout replay viewer: a timeline over a rollout's steps, live or finished.
 // Steps are fetched in windows (never all at once), so 10,000-step rollouts stay responsive;
 // live steps arrive over the rollout's websocket and the viewer follows the head unless scrubbed back.
+// The review screen swaps in its next item without a page load: the viewer then starts again on the new
+// #replay (mount), and the previous one lets go of its socket, timers, chart and key handler (destroy).
 (function () {
-  const root = document.getElementById("replay");
-  if (!root) return;
+  let current = null;
+  function mount() {
+    const root = document.getElementById("replay");
+    if (current && current.root === root) return;
+    if (current) current.destroy();
+    current = root ? start(root) : null;
+  }
+  document.addEventListener("htmx:afterSettle", mount);
+  mount();
+
+function start(root) {
   const WINDOW = 200;
+  const listening = new AbortController();
   const $ = (id) => document.getElementById(id);
   const el = {
     status: $("replay-status"), live: $("replay-live"), prev: $("replay-prev"), next: $("replay-next"),
@@ -220,7 +232,7 @@
   }
 
   function connect() {
-    if (state.finished || !window.WebSocket) return;
+    if (state.finished || state.destroyed || !window.WebSocket) return;
     const proto = location.protocol === "https:" ? "wss" : "ws";
     // Resume after the last step we have; the REST windows serve history, so skip the backlog.
     const ws = new WebSocket(`${proto}://${location.host}${root.dataset.wsPath}?after=${state.lastIndex}&backlog=0`);
@@ -235,7 +247,7 @@
       }
     };
     ws.onclose = () => {
-      if (state.finished) return;
+      if (state.finished || state.destroyed) return;
       setTimeout(async () => { await catchUp(); connect(); }, state.retry);
       state.retry = Math.min(state.retry * 2, 10000);
     };
@@ -285,7 +297,7 @@
     else if (e.key === " ") { e.preventDefault(); state.playing ? pause() : play(); }
     else if (e.key === "Home") { e.preventDefault(); goTo(-1); }
     else if (e.key === "End") { e.preventDefault(); goTo(state.count - 1); }
-  });
+  }, { signal: listening.signal });
 
   async function init() {
     const t = await fetch(root.dataset.timelineUrl, { credentials: "same-origin" }).then((r) => r.json());
@@ -306,4 +318,15 @@
   }
   window.studioReplay = { goTo, state, play, pause };
   init();
+  return {
+    root,
+    destroy() {
+      state.destroyed = true;
+      listening.abort();
+      pause();
+      if (state.socket) state.socket.close();
+      if (chart) chart.destroy();
+    },
+  };
+}
 })();

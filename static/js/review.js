@@ -1,6 +1,21 @@
 // Review screen: decide from the keyboard (a approve, r reject, o override, s skip, n next, t note),
 // and attach notes to the step the replay viewer shows.
+// A decision swaps the next item into the page (no page load): the handlers start again on the new
+// form (mount) and the previous ones are removed (destroy).
 (function () {
+  let current = null;
+  function mount() {
+    const panel = document.getElementById("decision");
+    if (current && current.panel === panel) return;
+    if (current) current.destroy();
+    current = panel ? start(panel) : null;
+  }
+  document.addEventListener("htmx:afterSettle", mount);
+  mount();
+
+function start(panel) {
+  const listening = new AbortController();
+  const signal = listening.signal;
   const form = document.getElementById("decision-form");
   const decision = document.getElementById("decision-value");
   const overrideFields = document.getElementById("override-fields");
@@ -32,12 +47,12 @@
     const keep = stepInput.value;
     noteForm.reset();
     stepInput.value = keep;
-  });
+  }, { signal });
   document.addEventListener("replay:position", (e) => {
     if (!stepInput) return;
     stepInput.value = e.detail.index;
     target.textContent = e.detail.index < 0 ? "the start" : `step ${e.detail.index}`;
-  });
+  }, { signal });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && e.target.id === "override-rationale") {
       e.preventDefault();
@@ -61,5 +76,7 @@
       case "t": { const t = document.getElementById("annotation-text"); if (t) { e.preventDefault(); t.focus(); } break; }
       default: break;
     }
-  });
+  }, { signal });
+  return { panel, destroy: () => listening.abort() };
+}
 })();

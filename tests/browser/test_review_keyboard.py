@@ -33,12 +33,18 @@ def test_reviewer_decides_three_rollouts_by_keyboard_and_exports_them(page, live
     assert page.url.endswith(f"/review/{ids[0]}/")
 
     page.keyboard.press("ArrowRight")
+    page.evaluate("window.__samePage = true")
     page.keyboard.press("a")
     page.wait_for_url(f"**/review/{ids[1]}/**")
-    page.wait_for_selector("#replay.ready")
+    page.wait_for_selector(f"#replay.ready[data-rollout='{ids[1]}']")
+    # The next item came in place, without a page load, with the queue's progress and the decision said.
+    assert page.evaluate("window.__samePage") is True
+    assert "(2 left)" in page.locator(".crumbs").inner_text()
+    assert f"Rollout #{ids[0]}: approved" in page.locator("#messages").inner_text()
     page.keyboard.press("r")
     page.wait_for_url(f"**/review/{ids[2]}/**")
-    page.wait_for_selector("#replay.ready")
+    page.wait_for_selector(f"#replay.ready[data-rollout='{ids[2]}']")
+    assert page.evaluate("window.__samePage") is True
     page.keyboard.press("o")
     page.keyboard.type("0.25")
     page.keyboard.press("Enter")
