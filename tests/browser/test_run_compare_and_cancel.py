@@ -63,6 +63,13 @@ def test_a_run_cancelled_from_its_page_ends_equal_to_a_reload(page, celery_worke
     page.wait_for_selector("#run-status.badge.cancelled")
     assert page.locator("[data-live-only]").count() == 0
     wait_for(lambda: not Run.objects.get(pk=run.pk).rollouts.filter(status__in=["queued", "running"]).exists(), 30, "rollouts to stop")
+    import time
+
+    seen = set()
+    for _ in range(20):  # an ended rollout stays ended
+        seen |= set(Run.objects.get(pk=run.pk).rollouts.values_list("status", flat=True))
+        time.sleep(0.1)
+    assert seen == {"cancelled"}, seen
     page.wait_for_function("!document.querySelector('#rollout-rows .badge.running, #rollout-rows .badge.queued')", timeout=15_000)
     page.wait_for_timeout(1000)  # the last throttled summary
     live = page.evaluate(READ_PAGE)
