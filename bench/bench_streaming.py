@@ -32,24 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench_support import percentile, prepare_database  # noqa: E402
+
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/studio_bench_streaming"
 ENV_PY = "class Env:\n    def reset(self, task, seed):\n        return 0\n\n    def step(self, action):\n        return 0, 0.0, False, False, {}\n"
-
-
-def percentile(values, fraction):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
-
-
-def prepare_database(url: str) -> None:
-    import psycopg
-
-    base, _, name = url.rpartition("/")
-    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
-        if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
-            conn.execute(f'create database "{name}"')
-    env = {**os.environ, "DATABASE_URL": url}
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
 
 
 def create_fixtures(rollouts: int):

@@ -85,11 +85,16 @@ def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
     """One statement per batch: the batch travels as one JSON document (Django's bulk_create spends
     ~4x longer building model instances and per-value parameters). ON CONFLICT keeps a redelivered
     or racing attempt from ever duplicating a step index."""
-    document = json.dumps(steps, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT_STEPS_SQL, [rollout_id, _steps_document(steps)])
+
+
+def _steps_document(rows: list[dict]) -> str:
+    """Step rows as one JSON document for jsonb_to_recordset."""
+    document = json.dumps(rows, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if "\\u0000" in document:
         document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT_STEPS_SQL, [rollout_id, document])
+    return document
 
 
 _INSERT_MANY_SQL = f"""
@@ -123,11 +128,8 @@ def flush_together(taken: list[tuple["StepWriter", list[dict], int, float]]) -> 
         rows.extend({**step, "rollout_id": writer.rollout.pk} for step in steps)
         counters.append({"id": writer.rollout.pk, "attempts": writer.attempt, "step_count": step_count,
                          "total_reward": total_reward})
-    document = json.dumps(rows, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    if "\\u0000" in document:
-        document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_MANY_SQL, [document])
+        cursor.execute(_INSERT_MANY_SQL, [_steps_document(rows)])
         cursor.execute(_COUNT_MANY_SQL, [json.dumps(counters), RolloutStatus.RUNNING])
         ours = {row[0] for row in cursor.fetchall()}
     events.publish_steps_many([(writer.rollout, steps) for writer, steps, _, _ in taken if writer.rollout.pk in ours])
