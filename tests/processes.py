@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -75,14 +76,15 @@ def forget_queue(name: str) -> None:
 
 
 def start_celery_worker(log_path: Path, *, queue: str, env: dict | None = None, prefix: list[str] | None = None,
-                        name: str | None = None) -> subprocess.Popen:
+                        name: str | None = None, loglevel: str = "warning") -> subprocess.Popen:
     """A Celery worker (2 processes) on `queue` and the test database; `prefix` wraps the command
-    (e.g. `ip netns exec NS`), `env` adds to the environment."""
+    (e.g. `ip netns exec NS`), `env` adds to the environment. At loglevel info its log says
+    "<name>@<host> ready." once it consumes."""
     full_env = os.environ | {"DATABASE_URL": database_url(), "CELERY_QUEUE": queue, "LOG_LEVEL": "WARNING",
                              "EPISODE_HOST_PREFIX": settings.EPISODE_HOST_PREFIX} | (env or {})
     return subprocess.Popen(
         [*(prefix or []), str(BIN / "celery"), "-A", "studio", "worker", "-Q", queue, "-c", "2", "--without-gossip",
-         "--without-mingle", "--without-heartbeat", "-l", "warning", "-n", f"{name or queue}@%h"],
+         "--without-mingle", "--without-heartbeat", "-l", loglevel, "-n", f"{name or queue}@%h"],
         cwd=REPO, env=full_env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), start_new_session=True,
     )
 
@@ -238,3 +240,112 @@ def private_redis(tmp_path):
     server.start()
     yield server
     server.kill()
+
+
+class TcpForwarder:
+    """TCP forwarding from addresses of this process to other ones (e.g. from a veth address that a
+    network namespace reaches to a server listening only on loopback), on an event loop thread."""
+
+    def __init__(self):
+        import asyncio
+
+        self.asyncio = asyncio
+        self.loop = asyncio.new_event_loop()
+        self.servers = []
+        self.thread = threading.Thread(target=self.loop.run_forever, name="tcp-forwarder", daemon=True)
+        self.thread.start()
+
+    def forward(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        async def pipe(reader, writer):
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+            except (ConnectionError, OSError):
+                pass
+
+        async def connect(client_reader, client_writer):
+            try:
+                reader, writer = await self.asyncio.open_connection(*target)
+            except OSError:
+                client_writer.close()
+                return
+            await self.asyncio.gather(pipe(client_reader, writer), pipe(reader, client_writer))
+            for end in (writer, client_writer):
+                end.close()
+
+        async def serve():
+            return await self.asyncio.start_server(connect, *listen)
+
+        self.servers.append(self.asyncio.run_coroutine_threadsafe(serve(), self.loop).result(timeout=10))
+
+    def close(self) -> None:
+        for server in self.servers:
+            self.loop.call_soon_threadsafe(server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class NetworkNamespace:
+    """A network namespace joined to this one by a veth pair: `outside` (10.231.N.1) is this side's
+    address, `inside` (10.231.N.2) the namespace's. `wrap(hostname)` runs a command inside it under a
+    hostname of its own (a UTS namespace), as on a machine of its own."""
+
+    def __init__(self, tag: str):
+        self.name = f"studio-{tag}"
+        self.subnet = _free_subnet()
+        self.outside, self.inside = f"10.231.{self.subnet}.1", f"10.231.{self.subnet}.2"
+        self.veth_outside, self.veth_inside = f"vs{tag}o"[:15], f"vs{tag}i"[:15]
+
+    def create(self) -> None:
+        self.created = True
+        for command in (
+            ["ip", "netns", "add", self.name],
+            ["ip", "link", "add", self.veth_outside, "type", "veth", "peer", "name", self.veth_inside],
+            ["ip", "link", "set", self.veth_inside, "netns", self.name],
+            ["ip", "addr", "add", f"{self.outside}/24", "dev", self.veth_outside],
+            ["ip", "link", "set", self.veth_outside, "up"],
+            ["ip", "netns", "exec", self.name, "ip", "addr", "add", f"{self.inside}/24", "dev", self.veth_inside],
+            ["ip", "netns", "exec", self.name, "ip", "link", "set", self.veth_inside, "up"],
+            ["ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up"],
+        ):
+            subprocess.run(command, check=True, capture_output=True, text=True)
+
+    def wrap(self, hostname: str) -> list[str]:
+        return ["ip", "netns", "exec", self.name, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', hostname]
+
+    def delete(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth_outside], capture_output=True)
+
+
+def _free_subnet() -> int:
+    import random
+
+    taken = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    free = [n for n in range(10, 250) if f"10.231.{n}." not in taken]
+    return random.choice(free)
+
+
+def network_namespaces_or_skip(count: int) -> list[NetworkNamespace]:
+    """`count` created network namespaces, or a skip saying why they cannot be made here."""
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root (ip netns add)")
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("network namespaces need iproute2's `ip` and util-linux's `unshare`")
+    made = []
+    for _ in range(count):
+        namespace = NetworkNamespace(uuid.uuid4().hex[:6])
+        try:
+            namespace.create()
+        except subprocess.CalledProcessError as exc:
+            namespace.delete()
+            for other in made:
+                other.delete()
+            pytest.skip(f"cannot create a network namespace here: {' '.join(exc.cmd)}: {exc.stderr.strip()}")
+        made.append(namespace)
+    return made
