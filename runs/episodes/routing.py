@@ -190,20 +190,23 @@ def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     queue, key, payload = _request(message, host_id)
     watch = HostWatch(host_id)
     try:
-        r.rpush(queue, payload)
         deadline = time.monotonic() + timeout_s
-        while True:
+        # The request and the first wait for its reply travel in one round trip.
+        pipe = r.pipeline(transaction=False)
+        pipe.rpush(queue, payload)
+        pipe.blpop([key], timeout=min(WAIT_SLICE_S, timeout_s))
+        found = pipe.execute()[1]
+        while found is None:
+            alive = bool(r.exists(host_alive_key(host_id))) if host_id else bool(live_hosts())
+            if watch.lost(alive):
+                _withdraw(r, queue, payload)
+                raise _lost(host_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 _withdraw(r, queue, payload)
                 raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
             found = r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
-            if found is not None:
-                return _unwrap(json.loads(found[1]))
-            alive = bool(r.exists(host_alive_key(host_id))) if host_id else bool(live_hosts())
-            if watch.lost(alive):
-                _withdraw(r, queue, payload)
-                raise _lost(host_id)
+        return _unwrap(json.loads(found[1]))
     except redis.RedisError as exc:
         raise redis_unavailable(exc) from None
 
@@ -241,19 +244,21 @@ async def acall(*, message: dict, host_id: str, timeout_s: float) -> dict:
     queue, key, payload = _request(message, host_id)
     watch = HostWatch(host_id)
     try:
-        await r.rpush(queue, payload)
         deadline = time.monotonic() + timeout_s
-        while True:
+        pipe = r.pipeline(transaction=False)  # the request and the first wait: one round trip
+        pipe.rpush(queue, payload)
+        pipe.blpop([key], timeout=min(WAIT_SLICE_S, timeout_s))
+        found = (await pipe.execute())[1]
+        while found is None:
+            if watch.lost(bool(await r.exists(host_alive_key(host_id)))):
+                await r.lrem(queue, 1, payload)
+                raise _lost(host_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 await r.lrem(queue, 1, payload)
                 raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
             found = await r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
-            if found is not None:
-                return _unwrap(json.loads(found[1]))
-            if watch.lost(bool(await r.exists(host_alive_key(host_id)))):
-                await r.lrem(queue, 1, payload)
-                raise _lost(host_id)
+        return _unwrap(json.loads(found[1]))
     except redis.RedisError as exc:
         raise redis_unavailable(exc) from None
 
