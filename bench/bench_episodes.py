@@ -336,7 +336,7 @@ def main():
               f"{'OK' if median < 2 else 'MISSED'}   bare sandbox step {1000 / bare:.3f} ms ({bare:,.0f} steps/s)")
 
         apis = [Api(webs[i % len(webs)][1], token) for i in range(args.clients)]
-        rows = [level_row(apis, hosts, version, level, "one sandbox each") for level in [int(x) for x in args.levels.split(",")]]
+        rows = [level_row(apis, hosts, version, level, "one sandbox each") for level in [int(x) for x in args.levels.split(",") if x]]
         rows += [level_row(apis, hosts, shared_version, level, "shared sandboxes") for level in shared_levels]
         print(f"\nOpen episodes ({args.clients} client threads over {args.web} web processes, {args.hosts} episode host(s))")
         print(f"  {'sandboxes':<17} {'open':>6} {'open s':>7} {'MB/episode':>11} {'step p50':>9} {'p99':>8} {'steps/s':>8}")

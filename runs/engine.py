@@ -19,6 +19,7 @@ from .episodes import (
     episode_step,
     fault_of,
     public_facts,
+    rollout_end,
 )
 from .models import Rollout, RolloutStatus, RunStatus
 from .sandbox import SandboxError
@@ -53,23 +54,36 @@ def run_episode(rollout: Rollout) -> str:
     returns the final status. Never raises for faults of user code or sandboxes; raises
     LostOwnership if another worker took the rollout over."""
     setup = episode_setup(rollout=rollout, driver="worker")
-    policy = policy_for(rollout.run.agent, seed=rollout.seed)
     try:
         with Heartbeat(rollout):
-            return _drive(setup, policy)
+            return _drive(setup)
     except EpisodeFault as fault:
         return fault.status
+
+
+def _drive(setup) -> str:
+    rollout = setup.rollout
+    try:
+        policy = policy_for(rollout.run.agent, seed=setup.seed)
+    except AgentFailed as exc:
+        # No sandbox started yet: the rollout ends with the agent's reason, not as a worker bug.
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        return RolloutStatus.ERRORED
+    try:
+        return _drive_with(setup, policy)
     finally:
         policy.close()
 
 
-def _drive(setup, policy) -> str:
+def _drive_with(setup, policy) -> str:
     rollout = setup.rollout
     episode = episode_start(setup=setup)
     try:
         policy.start(env=episode.sandbox, task=setup.agent_task, seed=setup.seed, limits=setup.sandbox_limits)
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of("agent.py", exc)) from None
+    except AgentFailed as exc:
+        raise episode_fail(episode=episode, fault=EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
     finally:
         if policy.facts:
             setup.reproduction["agent_sandbox"] = public_facts(policy.facts)

@@ -40,7 +40,7 @@ from .service import (
 )
 from .setup import episode_setup
 from .journal import journal_append, journal_drop, journal_steps, journal_trim
-from .writer import FLUSH_EVERY_STEPS, flush_together, steps_recover
+from .writer import FLUSH_EVERY_STEPS, LostOwnership, flush_together, steps_recover
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ START_CONCURRENCY_PER_TEAM = 4
 REAP_EVERY_S = 0.2
 BEAT_EVERY_S = 1.0
 SWEEP_EVERY_S = 5.0
+TAKE_AT_ONCE = 64
 
 
 def idle_timeout_s(driver: str) -> float:
@@ -88,32 +89,48 @@ class EpisodeHost:
         self.sandbox_pool_lock = threading.Lock()
         self.team_starts: dict[int, int] = collections.Counter()
         self.team_pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        self.take_many = True
 
     # -- the loop -------------------------------------------------------------------------------
 
     def serve(self) -> None:
         self._announce()
-        threads = [threading.Thread(target=self._reap_forever, name="episode-reaper", daemon=True)]
+        threads = [threading.Thread(target=self._reap_forever, name="episode-reaper", daemon=True),
+                   threading.Thread(target=self._announce_forever, name="episode-presence", daemon=True)]
         for thread in threads:
             thread.start()
         logger.info("episode host %s serving", self.id)
-        queues = [routing.host_queue(self.id), routing.start_queue()]
         while not self.stopping.is_set():
             try:
-                found = self.redis.blpop(queues, timeout=1)
+                found = self._take()
             except redis.RedisError:
                 logger.warning("episode host %s: Redis unreachable; retrying", self.id, exc_info=True)
                 self.stopping.wait(0.5)
                 continue
-            if found is None:
-                continue
-            try:
-                message = json.loads(found[1])
-            except ValueError:
-                logger.warning("episode host %s: dropped a request that is not JSON", self.id)
-                continue
-            self._dispatch(message)
+            for raw in found:
+                try:
+                    message = json.loads(raw)
+                except ValueError:
+                    logger.warning("episode host %s: dropped a request that is not JSON", self.id)
+                    continue
+                self._dispatch(message)
         self.shutdown()
+
+    def _take(self) -> list[bytes]:
+        """The next requests: under load, up to TAKE_AT_ONCE of this host's own in one round trip;
+        otherwise a blocking wait on its list and the shared start list (starts one at a time, so
+        idle hosts share them)."""
+        own = routing.host_queue(self.id)
+        if self.take_many:
+            try:
+                waiting = self.redis.lpop(own, TAKE_AT_ONCE)
+            except redis.ResponseError:  # Redis before 6.2: no count
+                self.take_many = False
+                waiting = None
+            if waiting:
+                return waiting
+        found = self.redis.blpop([own, routing.start_queue()], timeout=1)
+        return [found[1]] if found is not None else []
 
     def _dispatch(self, message: dict) -> None:
         op = message.get("op")
@@ -158,7 +175,10 @@ class EpisodeHost:
             try:
                 routing.send_reply(self.redis, request_id, reply, pipe=pipe)
             except redis.RedisError:
-                logger.warning("episode host %s: could not reply to %s", self.id, request_id, exc_info=True)
+                # The reply (and a step's journal entry, which travels with it) is lost; the step
+                # itself stays buffered for the next write.
+                logger.warning("episode host %s: could not reply to %s (nor journal its step)", self.id, request_id,
+                               exc_info=True)
 
     # -- operations -----------------------------------------------------------------------------
 
@@ -186,9 +206,12 @@ class EpisodeHost:
 
     def start(self, message: dict) -> dict:
         # This host answers for the rollout from now on (a slow reset is not an orphan: its host is alive).
-        Rollout.objects.filter(pk=message["rollout"], status=RolloutStatus.RUNNING).update(
+        claimed = Rollout.objects.filter(pk=message["rollout"], status=RolloutStatus.RUNNING).update(
             worker=f"episode-host:{self.id}", heartbeat_at=timezone.now()
         )
+        if not claimed:
+            # Its caller gave up (and ended it) before this host took the request.
+            raise routing.HostError("This episode's rollout ended before a host could start it.", 409)
         rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(
             pk=message["rollout"]
         )
@@ -224,16 +247,41 @@ class EpisodeHost:
                 self._forget(held)
                 raise routing.HostError(f"The environment failed: {fault.reason}", 409) from None
             if held.driver == "play" or len(episode.writer.pending) >= FLUSH_EVERY_STEPS:
-                written = len(episode.writer.pending) - 1
-                episode_flush(episode=episode)  # a person's pace: the screenshot gets its URL now
-                journal_trim(self.redis, [(episode.rollout.pk, written)])
+                self._flush_now(episode, step, pipe)
             else:
-                journal_append(pipe if pipe is not None else self.redis, rollout_id=episode.rollout.pk, step=step)
+                self._journal(episode, step, pipe)
             # Otherwise the reaper flushes (every ~0.2 s, as the worker does): a step's round trip
             # touches no database.
             if step.get("artifact_url"):
                 episode.artifact_url = step["artifact_url"]
             return step_json(step, done=episode.done)
+
+    def _flush_now(self, episode: Episode, step: dict, pipe) -> None:
+        """Write the episode's steps at once (a person's pace: the screenshot gets its URL now). If the
+        database refuses, the steps stay buffered for the reaper and this one is journaled instead."""
+        journaled = len(episode.writer.pending) - 1
+        try:
+            episode_flush(episode=episode)
+        except LostOwnership:
+            raise
+        except Exception:  # noqa: BLE001 - the step happened: answer it, write it later
+            logger.warning("episode host %s: could not write the steps of rollout %s now; the reaper retries",
+                           self.id, episode.rollout.pk, exc_info=True)
+            self._journal(episode, step, pipe)
+            return
+        journal_trim(self.redis, [(episode.rollout.pk, journaled)])
+
+    def _journal(self, episode: Episode, step: dict, pipe) -> None:
+        """Journal an answered step: on `pipe` (sent with the reply, before it) or at once."""
+        if pipe is not None:
+            journal_append(pipe, rollout_id=episode.rollout.pk, step=step)
+            return
+        try:
+            journal_append(self.redis, rollout_id=episode.rollout.pk, step=step)
+        except redis.RedisError:
+            # The step is still buffered for the next write; only this host dying first would lose it.
+            logger.warning("episode host %s: could not journal step %s of rollout %s", self.id, step["index"],
+                           episode.rollout.pk, exc_info=True)
 
     def _step_one(self, item: dict) -> dict:
         try:
@@ -279,6 +327,14 @@ class EpisodeHost:
     def _announce(self) -> None:
         routing.announce_host(self.redis, self.id)
 
+    def _announce_forever(self) -> None:
+        """Presence on a thread of its own: a reaper busy writing a large batch must not let it lapse."""
+        while not self.stopping.wait(BEAT_EVERY_S):
+            try:
+                self._announce()
+            except redis.RedisError:
+                logger.warning("episode host %s: could not renew its presence in Redis", self.id, exc_info=True)
+
     def _reap_forever(self) -> None:
         last_beat = last_sweep = 0.0
         while not self.stopping.wait(REAP_EVERY_S):
@@ -320,7 +376,17 @@ class EpisodeHost:
             finally:
                 episode.lock.release()
         if taken:
-            lost = {id(writer) for writer in flush_together(taken)}
+            try:
+                lost = {id(writer) for writer in flush_together(taken)}
+            except Exception:
+                # Not written: the steps go back to the head of their writers (and stay journaled).
+                by_writer = {id(writer): steps for writer, steps, _, _ in taken}
+                for held in list(self.held.values()):
+                    steps = by_writer.get(id(held.episode.writer))
+                    if steps:
+                        with held.episode.lock:
+                            held.episode.writer.give_back(steps)
+                raise
             journal_trim(self.redis, [(writer.rollout.pk, len(steps)) for writer, steps, _, _ in taken])
             for held in list(self.held.values()):
                 if id(held.episode.writer) in lost:
@@ -335,20 +401,23 @@ class EpisodeHost:
         self._forget(held)
 
     def beat(self) -> None:
-        """Renew this host's presence, the routes of its episodes and their rollouts' heartbeats."""
-        self._announce()
+        """Renew its rollouts' heartbeats, then this host's presence and the routes of its episodes.
+        The database first: a Redis outage must not make live episodes look orphaned."""
         held = list(self.held.values())
+        if held:
+            Rollout.objects.filter(pk__in=[item.episode.rollout.pk for item in held], status=RolloutStatus.RUNNING).update(
+                heartbeat_at=timezone.now()
+            )
+        self._announce()
         if not held:
             return
+        # Routes are renewed (and restored after Redis lost its data) from what this host holds.
         pipe = self.redis.pipeline(transaction=False)
         for item in held:
             pipe.set(
                 routing.route_key(item.id), f"{self.id}|{item.team_id}|{item.episode.rollout.pk}", ex=routing.ROUTE_TTL_S
             )
         pipe.execute()
-        Rollout.objects.filter(pk__in=[item.episode.rollout.pk for item in held], status=RolloutStatus.RUNNING).update(
-            heartbeat_at=timezone.now()
-        )
 
     def shutdown(self) -> None:
         """End every held episode (errored: their sandboxes go with this host) and stop."""

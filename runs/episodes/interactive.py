@@ -46,6 +46,13 @@ class EpisodeHostUnavailable(DomainError):
     status = 503
 
 
+class RouterUnavailable(DomainError):
+    """Redis, which carries requests to episode hosts, failed: nothing is known to have happened to
+    the episode (its host may be fine), so it is not ended; the client may try again."""
+
+    status = 503
+
+
 def _domain_error(exc: routing.HostError) -> DomainError:
     cls = {404: EpisodeNotFound, 409: EpisodeEnded, 429: TooManyEpisodes, 503: EpisodeHostUnavailable}.get(exc.status)
     if cls is None:
@@ -101,13 +108,21 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
     except routing.HostUnavailable as exc:
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
         raise EpisodeHostUnavailable(str(exc)) from None
+    except routing.RedisUnavailable as exc:
+        # A host may have started it and be unable to answer: ending the rollout makes that host let
+        # go of it at its next write (it is no longer ours), so nothing stays open unseen.
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        raise RouterUnavailable(str(exc)) from None
     except routing.HostError as exc:
         raise _domain_error(exc) from None
     return {"episode_id": episode_id, "rollout_id": rollout.pk, "run_id": rollout.run_id, **result}
 
 
 def _route(*, team, episode_id: str) -> tuple[str, int]:
-    route = routing.route_of(str(episode_id))
+    try:
+        route = routing.route_of(str(episode_id))
+    except routing.RedisUnavailable as exc:
+        raise RouterUnavailable(str(exc)) from None
     if route is None or route[1] != team.pk:
         raise EpisodeNotFound("No open episode with this id (closed, timed out, or never opened).")
     return route[0], route[2]
@@ -119,6 +134,8 @@ def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
         return routing.call(message={**message, "episode": episode_id, "team": team.pk}, host_id=host_id, timeout_s=timeout_s)
     except routing.HostUnavailable as exc:
         raise _host_lost(episode_id=episode_id, rollout_id=rollout_id, exc=exc) from None
+    except routing.RedisUnavailable as exc:
+        raise RouterUnavailable(str(exc)) from None
     except routing.HostError as exc:
         if exc.status == 404:
             routing.route_forget(episode_id)
@@ -138,12 +155,17 @@ async def episode_step_remote_async(*, team, episode_id: str, action) -> dict:
     """`episode_step_remote` on an event loop: the same route check, request and errors, awaited."""
     from asgiref.sync import sync_to_async
 
-    route = await routing.aroute_of(str(episode_id))
+    try:
+        route = await routing.aroute_of(str(episode_id))
+    except routing.RedisUnavailable as exc:
+        raise RouterUnavailable(str(exc)) from None
     if route is None or route[1] != team.pk:
         raise EpisodeNotFound("No open episode with this id (closed, timed out, or never opened).")
     message = {"op": "step", "action": action, "episode": episode_id, "team": team.pk}
     try:
         return await routing.acall(message=message, host_id=route[0], timeout_s=_step_timeout_s())
+    except routing.RedisUnavailable as exc:
+        raise RouterUnavailable(str(exc)) from None
     except routing.HostUnavailable as exc:
         raise await sync_to_async(_host_lost)(episode_id=episode_id, rollout_id=route[2], exc=exc) from None
     except routing.HostError as exc:
@@ -165,7 +187,10 @@ def episode_steps_remote(*, team, items: list[tuple[str, object]]) -> list[dict]
     by_host: dict[str, list[int]] = {}
     results: list[dict | None] = [None] * len(items)
     for position, (episode_id, _) in enumerate(items):
-        route = routing.route_of(str(episode_id))
+        try:
+            route = routing.route_of(str(episode_id))
+        except routing.RedisUnavailable as exc:
+            raise RouterUnavailable(str(exc)) from None
         if route is None or route[1] != team.pk:
             results[position] = {"ok": False, "episode_id": episode_id, "status": 404,
                                  "error": "No open episode with this id (closed, timed out, or never opened)."}
@@ -175,7 +200,7 @@ def episode_steps_remote(*, team, items: list[tuple[str, object]]) -> list[dict]
         message = {"op": "steps", "items": [{"episode": items[p][0], "team": team.pk, "action": items[p][1]} for p in positions]}
         try:
             answered = routing.call(message=message, host_id=host_id, timeout_s=_step_timeout_s())["results"]
-        except routing.HostUnavailable as exc:
+        except (routing.HostUnavailable, routing.RedisUnavailable) as exc:
             answered = [{"ok": False, "episode_id": items[p][0], "status": 503, "error": str(exc)} for p in positions]
         for position, result in zip(positions, answered):
             results[position] = result

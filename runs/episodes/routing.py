@@ -4,7 +4,12 @@ A request is a JSON object pushed onto a host's list (or onto the shared start l
 host takes); the reply comes back on a list of its own that the caller blocks on. Which host holds
 an episode is a Redis hash, so any web process reaches any episode. A host announces itself with a
 key that expires within HOST_TTL_S unless renewed: a caller waiting on a host that stopped renewing
-gets an error naming the lost host instead of a hang.
+gets an error naming the lost host instead of a hang, after a grace of HOST_GRACE_S (a renewal
+missed under load is not a death).
+
+Every Redis failure on this path becomes RedisUnavailable, naming Redis: the clients never retry a
+command on their own (a retried RPUSH could run a step twice) and give up on a dead connection within
+seconds instead of waiting on it.
 """
 import json
 import threading
@@ -13,8 +18,17 @@ import uuid
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 HOST_TTL_S = 3.0
+# A host is declared dead only after its presence key has been missing this long, and a start waits
+# this long for some host to be serving.
+HOST_GRACE_S = 2.0
+# How long one blocking read for a reply lasts before the caller checks on the host again.
+WAIT_SLICE_S = 0.5
+CONNECT_TIMEOUT_S = 2.0
+SOCKET_TIMEOUT_S = 5.0  # longer than any blocking read here (at most 1 s)
 ROUTE_TTL_S = 30
 REPLY_TTL_S = 60
 
@@ -47,15 +61,32 @@ _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
 
 
+def client_options() -> dict:
+    """No silent retries (a command is sent once: the caller decides), bounded waits on a dead peer."""
+    return {"retry": Retry(NoBackoff(), 0), "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            "socket_timeout": SOCKET_TIMEOUT_S, "health_check_interval": 30}
+
+
 def client() -> redis.Redis:
     """This process's Redis client (a connection pool shared by its threads)."""
     url = settings.EPISODE_HOST_REDIS_URL
     found = _clients.get(url)
     if found is None:
         with _clients_lock:
-            found = _clients.get(url) or redis.Redis.from_url(url, health_check_interval=30)
+            found = _clients.get(url) or redis.Redis.from_url(url, **client_options())
             _clients[url] = found
     return found
+
+
+class RedisUnavailable(Exception):
+    """Redis, through which web processes reach episode hosts, failed; the text names it and why."""
+
+
+def redis_unavailable(exc: Exception) -> RedisUnavailable:
+    return RedisUnavailable(
+        f"Redis (which routes requests to episode hosts) is unreachable: {exc}. The request was not answered;"
+        " try again once Redis is back."
+    )
 
 
 class HostUnavailable(Exception):
@@ -93,11 +124,44 @@ def retire_host(r: redis.Redis, host_id: str) -> None:
 
 
 def live_hosts() -> list[str]:
-    return [member.decode() for member in client().zrangebyscore(hosts_key(), time.time(), "+inf")]
+    try:
+        return [member.decode() for member in client().zrangebyscore(hosts_key(), time.time(), "+inf")]
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
 
 
 def host_is_alive(host_id: str) -> bool:
-    return bool(client().exists(host_alive_key(host_id)))
+    try:
+        return bool(client().exists(host_alive_key(host_id)))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
+
+
+def wait_for_a_host(timeout_s: float = HOST_GRACE_S) -> bool:
+    """True once some host serves (a host restarting, or one that missed a renewal, gets a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while not live_hosts():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+class HostWatch:
+    """Decides when a caller stops waiting for a host: only once it has been missing HOST_GRACE_S."""
+
+    def __init__(self, host_id: str | None):
+        self.host_id = host_id
+        self.missing_since: float | None = None
+
+    def lost(self, alive: bool) -> bool:
+        if alive:
+            self.missing_since = None
+            return False
+        now = time.monotonic()
+        if self.missing_since is None:
+            self.missing_since = now
+        return now - self.missing_since >= HOST_GRACE_S
 
 
 def _request(message: dict, host_id: str | None) -> tuple[str, str, str]:
@@ -118,22 +182,38 @@ def _lost(host_id: str | None) -> HostUnavailable:
 
 def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     """Send `message` to `host_id` (None: to whichever host takes the next start) and wait for its
-    reply. Raises HostUnavailable when the host is gone (or none runs), HostError for refusals."""
-    r = client()
-    if host_id is None and not live_hosts():
+    reply. Raises HostUnavailable when the host is gone (or none runs), HostError for refusals,
+    RedisUnavailable when Redis fails."""
+    if host_id is None and not wait_for_a_host():
         raise HostUnavailable(NO_HOST)
+    r = client()
     queue, key, payload = _request(message, host_id)
-    r.rpush(queue, payload)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
-        found = r.blpop([key], timeout=min(1.0, max(remaining, 0.01)))
-        if found is not None:
-            return _unwrap(json.loads(found[1]))
-        if not (host_is_alive(host_id) if host_id else live_hosts()):
-            raise _lost(host_id)
+    watch = HostWatch(host_id)
+    try:
+        deadline = time.monotonic() + timeout_s
+        # The request and the first wait for its reply travel in one round trip.
+        pipe = r.pipeline(transaction=False)
+        pipe.rpush(queue, payload)
+        pipe.blpop([key], timeout=min(WAIT_SLICE_S, timeout_s))
+        found = pipe.execute()[1]
+        while found is None:
+            alive = bool(r.exists(host_alive_key(host_id))) if host_id else bool(live_hosts())
+            if watch.lost(alive):
+                _withdraw(r, queue, payload)
+                raise _lost(host_id)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _withdraw(r, queue, payload)
+                raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
+            found = r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
+        return _unwrap(json.loads(found[1]))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
+
+
+def _withdraw(r, queue: str, payload: str) -> None:
+    """Take back a request nobody took yet, so no host runs it after its caller gave up."""
+    r.lrem(queue, 1, payload)
 
 
 # -- the same, for code on an event loop (the ASGI fast path of session steps) --------------------
@@ -147,10 +227,14 @@ def async_client():
 
     import redis.asyncio
 
+    from redis.asyncio.retry import Retry as AsyncRetry
+
     key = (id(asyncio.get_running_loop()), settings.EPISODE_HOST_REDIS_URL)
     found = _async_clients.get(key)
     if found is None:
-        found = _async_clients[key] = redis.asyncio.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
+        found = _async_clients[key] = redis.asyncio.Redis.from_url(
+            settings.EPISODE_HOST_REDIS_URL, **{**client_options(), "retry": AsyncRetry(NoBackoff(), 0)}
+        )
     return found
 
 
@@ -158,24 +242,35 @@ async def acall(*, message: dict, host_id: str, timeout_s: float) -> dict:
     """`call` to a known host, awaited on the event loop instead of blocking a thread."""
     r = async_client()
     queue, key, payload = _request(message, host_id)
-    await r.rpush(queue, payload)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
-        found = await r.blpop([key], timeout=min(1.0, max(remaining, 0.01)))
-        if found is not None:
-            return _unwrap(json.loads(found[1]))
-        if not await r.exists(host_alive_key(host_id)):
-            raise _lost(host_id)
+    watch = HostWatch(host_id)
+    try:
+        deadline = time.monotonic() + timeout_s
+        pipe = r.pipeline(transaction=False)  # the request and the first wait: one round trip
+        pipe.rpush(queue, payload)
+        pipe.blpop([key], timeout=min(WAIT_SLICE_S, timeout_s))
+        found = (await pipe.execute())[1]
+        while found is None:
+            if watch.lost(bool(await r.exists(host_alive_key(host_id)))):
+                await r.lrem(queue, 1, payload)
+                raise _lost(host_id)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                await r.lrem(queue, 1, payload)
+                raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
+            found = await r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
+        return _unwrap(json.loads(found[1]))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
 
 
 async def aroute_of(episode_id: str) -> tuple[str, int, int] | None:
     found = _route_cache.get(episode_id)
     if found is not None:
         return found
-    raw = await async_client().get(route_key(episode_id))
+    try:
+        raw = await async_client().get(route_key(episode_id))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
     return None if raw is None else _remember(episode_id, raw)
 
 
@@ -210,7 +305,10 @@ def route_of(episode_id: str) -> tuple[str, int, int] | None:
     found = _route_cache.get(episode_id)
     if found is not None:
         return found
-    raw = client().get(route_key(episode_id))
+    try:
+        raw = client().get(route_key(episode_id))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
     return None if raw is None else _remember(episode_id, raw)
 
 

@@ -52,6 +52,10 @@ class StepWriter:
         self.last_flush = time.monotonic()
         return steps, self.step_count, self.total_reward
 
+    def give_back(self, steps: list[dict]) -> None:
+        """Steps taken for a write that failed go back ahead of any added since (written next time)."""
+        self.pending[:0] = steps
+
     def due(self) -> bool:
         return len(self.pending) >= FLUSH_EVERY_STEPS or time.monotonic() - self.last_flush >= FLUSH_EVERY_S
 
@@ -60,11 +64,15 @@ class StepWriter:
         if not self.pending:
             return
         steps, self.pending = self.pending, []
-        artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
-        _insert_steps(self.rollout.pk, steps)
-        updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
-            step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
-        )
+        try:
+            artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
+            _insert_steps(self.rollout.pk, steps)
+            updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
+                step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
+            )
+        except Exception:
+            self.give_back(steps)  # not written (or not counted): the next flush writes them again, once
+            raise
         if not updated:
             raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
         events.publish_steps(self.rollout, steps)
@@ -103,6 +111,9 @@ _INSERT_MANY_SQL = f"""
     FROM jsonb_to_recordset(%s::jsonb) AS s(
         rollout_id bigint, "index" integer, action jsonb, observation jsonb, reward double precision,
         terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
+    JOIN jsonb_to_recordset(%s::jsonb) AS o(id bigint, attempts integer) ON o.id = s.rollout_id
+    WHERE EXISTS (SELECT 1 FROM {Rollout._meta.db_table} AS r
+                  WHERE r.id = o.id AND r.attempts = o.attempts AND r.status = %s)
     ON CONFLICT (rollout_id, "index") DO NOTHING
 """
 _COUNT_MANY_SQL = f"""
@@ -128,8 +139,10 @@ def flush_together(taken: list[tuple["StepWriter", list[dict], int, float]]) -> 
         rows.extend({**step, "rollout_id": writer.rollout.pk} for step in steps)
         counters.append({"id": writer.rollout.pk, "attempts": writer.attempt, "step_count": step_count,
                          "total_reward": total_reward})
+    owners = json.dumps([{"id": item["id"], "attempts": item["attempts"]} for item in counters])
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_MANY_SQL, [_steps_document(rows)])
+        # A rollout ended elsewhere (its host presumed dead) gets no more rows: they would lie past its end.
+        cursor.execute(_INSERT_MANY_SQL, [_steps_document(rows), owners, RolloutStatus.RUNNING])
         cursor.execute(_COUNT_MANY_SQL, [json.dumps(counters), RolloutStatus.RUNNING])
         ours = {row[0] for row in cursor.fetchall()}
     events.publish_steps_many([(writer.rollout, steps) for writer, steps, _, _ in taken if writer.rollout.pk in ours])
