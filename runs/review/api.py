@@ -8,6 +8,7 @@ from ninja import Query, Router, Schema, Status
 
 from environments.selectors import environment_get, version_get
 from studio.api import require
+from studio.inputs import BIGINT_MAX
 
 from ..models import Rollout, Run, Step
 from . import selectors, services
@@ -101,7 +102,7 @@ def review_bulk(request, query: Query[QueueQuery], payload: BulkIn):
 
 
 @router.get("/review/queue", response=QueuePage)
-def review_queue(request, query: Query[QueueQuery], limit: int = 50, offset: int = 0):
+def review_queue(request, query: Query[QueueQuery], limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     """Rollouts waiting for your decision, in the order "next" walks them (oldest first)."""
     queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters())
     limit, offset = max(1, min(limit, 500)), max(0, offset)
@@ -167,7 +168,7 @@ def _version(request, slug, number):
 
 
 @router.get("/environments/{slug}/versions/{number}/annotations", response=list[AnnotationOut])
-def version_annotations(request, slug: str, number: int, tag: str = "", limit: int = 200, offset: int = 0):
+def version_annotations(request, slug: str, number: int, tag: str = "", limit: int = Query(200, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     notes = selectors.annotations_for(version=_version(request, slug, number), tag=tag or None)
     limit, offset = max(1, min(limit, 1000)), max(0, offset)
     return [_annotation_out(n) for n in notes[offset : offset + limit]]
