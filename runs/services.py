@@ -447,6 +447,32 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
     return done
 
 
+LOST_QUEUED_GRACE_S = 30.0
+
+
+def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) -> list[int]:
+    """Queued rollouts whose task the broker no longer holds (Redis lost and restarted empty) are
+    enqueued again; those it holds are left alone, so nothing is enqueued twice. `in_broker()` gives
+    the rollout ids the broker holds, read after the candidates so a task sent in between is seen.
+    Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
+    cutoff = timezone.now() - timedelta(seconds=grace_s)
+    candidates = set(
+        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff)
+        .exclude(run__status=RunStatus.CANCELLED)
+        .exclude(run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN])
+        .values_list("pk", flat=True)
+    )
+    if not candidates:
+        return []
+    lost = sorted(candidates - in_broker())
+    if lost:
+        from .tasks import execute_rollout
+
+        for rollout_id in lost:
+            execute_rollout.delay(rollout_id)
+    return lost
+
+
 # -- reruns ---------------------------------------------------------------------------------------
 
 
