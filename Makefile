@@ -20,6 +20,9 @@ setup: $(VENV)/.installed
 	@bash scripts/check_services.sh
 	@bash scripts/sandbox_access.sh
 
+# A development machine asks for DEBUG (the settings keep it off otherwise); set DEBUG=false to try production settings.
+run bench: export DEBUG ?= true
+
 run: setup
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo --live-run

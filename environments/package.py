@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import datetime
 import binascii
 import hashlib
 import io
@@ -19,6 +20,8 @@ import tomllib
 import zipfile
 import zlib
 from dataclasses import dataclass
+
+from studio.inputs import MAX_JSON_DEPTH, InputProblem, json_parse, json_problem, text_problem
 
 MAX_ARCHIVE_BYTES = 20 * 1024 * 1024
 MAX_ARCHIVE_FILES = 2000
@@ -39,6 +42,15 @@ DEFAULT_LIMITS = {
 DEFAULT_MAX_STEPS = 200
 DEFAULT_HIDDEN_TASK_FIELDS = ["answer", "solution"]
 MEMORY_MB_RANGE = (64, 8192)
+# The most a manifest or a run may ask for: one team's episode must not hold a worker for days,
+# and every limit stays a number the sandbox's clocks and counters can hold.
+LIMIT_MAXIMA = {
+    "step_timeout_s": 3600,
+    "episode_timeout_s": 86_400,
+    "verify_timeout_s": 3600,
+    "max_steps": 100_000,
+    "memory_mb": MEMORY_MB_RANGE[1],
+}
 # How many episodes of one version may share one sandbox process (OpenEnv's
 # SUPPORTS_CONCURRENT_SESSIONS), each with its own instance of the entrypoint class; 1: one sandbox each.
 DEFAULT_CONCURRENT_SESSIONS = 1
@@ -95,8 +107,11 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
     """Every problem in the package, in a stable order (empty when the package is valid)."""
     problems: list[PackageProblem] = []
     for path in sorted(files):
-        reason = _unsafe_path_reason(path)
+        reason = _unsafe_path_reason(path) or text_problem(path)
         if reason:
+            problems.append(PackageProblem(path, None, reason))
+        elif isinstance(files[path], str) and (reason := text_problem(files[path])):
+            # PostgreSQL stores neither: refused here, not as a failed write.
             problems.append(PackageProblem(path, None, reason))
 
     manifest, manifest_problems = _check_manifest(files)
@@ -164,6 +179,11 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         return None, [
             PackageProblem(MANIFEST_FILE, int(match.group(1)) if match else None, f"invalid TOML: {error}")
         ]
+    except RecursionError:
+        return None, [PackageProblem(MANIFEST_FILE, None, "invalid TOML: nested too deeply")]
+    problem_in_values = _manifest_value_problem(raw)
+    if problem_in_values:
+        return None, [PackageProblem(MANIFEST_FILE, None, problem_in_values)]
 
     problems: list[PackageProblem] = []
 
@@ -187,8 +207,8 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         elif entrypoint.startswith(GYMNASIUM_PREFIX) and not entrypoint[len(GYMNASIUM_PREFIX):].strip():
             problem("entrypoint", "entrypoint 'gymnasium:' needs an environment id")
 
-    if "max_steps" in raw and not (_is_int(raw["max_steps"]) and raw["max_steps"] > 0):
-        problem("max_steps", f"'max_steps' must be a positive integer, not {raw['max_steps']!r}")
+    if "max_steps" in raw and not (_is_int(raw["max_steps"]) and 0 < raw["max_steps"] <= LIMIT_MAXIMA["max_steps"]):
+        problem("max_steps", f"'max_steps' must be an integer from 1 to {LIMIT_MAXIMA['max_steps']}, not {raw['max_steps']!r}")
 
     if "concurrent_sessions" in raw:
         low, high = CONCURRENT_SESSIONS_RANGE
@@ -211,8 +231,8 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         problem("limits", "'limits' must be a table ([limits])")
         limits = {}
     for key in ("step_timeout_s", "episode_timeout_s", "verify_timeout_s"):
-        if key in limits and not (_is_number(limits[key]) and limits[key] > 0):
-            problem(key, f"limits.{key} must be a positive number, not {limits[key]!r}", "limits")
+        if key in limits and not (_is_number(limits[key]) and 0 < limits[key] <= LIMIT_MAXIMA[key]):
+            problem(key, f"limits.{key} must be a positive number of at most {LIMIT_MAXIMA[key]}, not {limits[key]!r}", "limits")
     if "memory_mb" in limits:
         low, high = MEMORY_MB_RANGE
         value = limits["memory_mb"]
@@ -231,6 +251,23 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     manifest["limits"] = {**DEFAULT_LIMITS, **limits}
     manifest["hidden_task_fields"] = list(hidden)
     return manifest, []
+
+
+def _manifest_value_problem(raw: dict) -> str | None:
+    """TOML values become the version's manifest (JSON in the database): the same limits as any JSON,
+    and no dates or times, which JSON cannot hold."""
+    problem = json_problem(raw, max_depth=MAX_JSON_DEPTH)
+    if problem is not None:
+        return str(problem)
+    stack = [raw]
+    while stack:
+        item = stack.pop()
+        for value in item.values() if isinstance(item, dict) else item:
+            if isinstance(value, (dict, list)):
+                stack.append(value)
+            elif isinstance(value, (datetime.date, datetime.time)):
+                return f"dates and times cannot be stored (found {value})"
+    return None
 
 
 def _toml_key_line(text: str, key: str, table: str | None) -> int | None:
@@ -252,7 +289,7 @@ def _toml_key_line(text: str, key: str, table: str | None) -> int | None:
 def _raw_manifest(files: dict[str, str]) -> dict | None:
     try:
         return tomllib.loads(_as_text(files[MANIFEST_FILE]))
-    except (KeyError, tomllib.TOMLDecodeError):
+    except (KeyError, tomllib.TOMLDecodeError, RecursionError):
         return None
 
 
@@ -281,7 +318,7 @@ def _check_entrypoint(files: dict[str, str], entrypoint: str) -> list[PackagePro
         return [PackageProblem(MANIFEST_FILE, line, f"entrypoint module {candidates[0]} is not in the package")]
     try:
         tree = ast.parse(_as_text(files[path]), filename=path)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []  # reported once, by _check_python_files
     if class_name not in _top_level_names(tree):
         return [PackageProblem(path, None, f"does not define a top-level class {class_name!r} (entrypoint {entrypoint})")]
@@ -314,6 +351,8 @@ def _check_python_files(files: dict[str, str]) -> list[PackageProblem]:
             problems.append(PackageProblem(path, error.lineno, f"syntax error: {error.msg}"))
         except ValueError as error:  # e.g. a null byte in the source
             problems.append(PackageProblem(path, None, f"cannot be compiled: {error}"))
+        except (RecursionError, MemoryError):
+            problems.append(PackageProblem(path, None, "cannot be compiled: expressions are nested too deeply"))
     return problems
 
 
@@ -332,9 +371,12 @@ def _check_tasks(files: dict[str, str]) -> tuple[list[dict], list[PackageProblem
             problems.append(PackageProblem(TASKS_FILE, number, reason))
 
         try:
-            task = json.loads(line)
+            task = json_parse(line)
         except json.JSONDecodeError as error:
             problem(f"invalid JSON: {error.msg}")
+            continue
+        except InputProblem as error:
+            problem(f"invalid task: {error}")
             continue
         if not isinstance(task, dict):
             problem(f"a task must be a JSON object, not {type(task).__name__}")

@@ -201,7 +201,7 @@ def version_detail(request, slug, number):
             "others": env.versions.exclude(pk=version.pk).order_by("-number").values_list("number", flat=True),
             "can_author": request.membership.can("author"),
             "tasks": version.tasks[:50], "task_count": len(version.tasks),
-            "agreement": review_selectors.agreement(version=version),
+            "agreement": review_selectors.agreement(version=version, viewer=request.user),
             "runs": version.runs.select_related("agent").order_by("-created_at")[:10],
             "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],
             "export_url": reverse("review:export_version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number}),

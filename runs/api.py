@@ -1,13 +1,14 @@
 """REST endpoints for agents, runs, rollouts and steps (the same services as the pages)."""
 from django.shortcuts import get_object_or_404
-from ninja import Router, Status
+from ninja import Query, Router, Status
 
 from environments.selectors import version_by_label
 from studio.api import require
+from studio.inputs import BIGINT_MAX
 
 from . import figures, selectors, services
 from .review.selectors import visible_labels
-from .forms import parse_seeds
+from .seeds import parse_seeds
 from .models import Agent, AgentKind, Rollout, Run
 from .schemas import (
     AgentDetailOut,
@@ -60,7 +61,7 @@ def get_agent(request, agent_id: int):
 
 
 @router.get("/runs", response=list[RunOut])
-def list_runs(request, limit: int = 50, offset: int = 0):
+def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     limit = max(1, min(limit, 200))
     return [_run_out(r) for r in _runs(request).order_by("-created_at")[offset : offset + limit]]
 
@@ -117,7 +118,7 @@ def cancel_run(request, run_id: int):
 
 
 @router.get("/runs/{run_id}/rollouts", response=list[RolloutOut])
-def list_rollouts(request, run_id: int, status: str = "", limit: int = 500, offset: int = 0):
+def list_rollouts(request, run_id: int, status: str = "", limit: int = Query(500, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     run = get_object_or_404(_runs(request), pk=run_id)
     qs = run.rollouts.order_by("id")
     if status:
@@ -140,7 +141,7 @@ def get_rollout(request, rollout_id: int):
 
 
 @router.get("/rollouts/{rollout_id}/steps", response=StepPage)
-def get_steps(request, rollout_id: int, offset: int = 0, limit: int = 100):
+def get_steps(request, rollout_id: int, offset: int = Query(0, ge=0, le=BIGINT_MAX), limit: int = Query(100, le=BIGINT_MAX)):
     """Steps in index order, a page at a time (limit at most 1000)."""
     r = _rollout(request, rollout_id)
     limit = max(1, min(limit, 1000))

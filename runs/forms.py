@@ -1,51 +1,9 @@
 from django import forms
 
+from environments.package import LIMIT_MAXIMA
+
 from .models import AgentKind
-
-SEEDS_HELP = "A range like 0-9, a list like 1,2,7, or both: 0-4,10."
-
-
-def parse_seeds(text: str, *, limit: int = 10_000) -> list[int]:
-    """'0-9' or '1,2,7' or '0-4,10' -> sorted unique seeds; ValueError names what is wrong."""
-    seeds: set[int] = set()
-    for part in (text or "").replace(" ", "").split(","):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            if sep:
-                a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError(f"seed range {part!r} runs backwards")
-                if b - a + 1 > limit:
-                    raise ValueError(f"seed range {part!r} has more than {limit} seeds")
-                seeds.update(range(a, b + 1))
-            else:
-                seeds.add(int(part))
-        except ValueError as exc:
-            if "seed range" in str(exc):
-                raise
-            raise ValueError(f"{part!r} is not a seed or a range of seeds (e.g. 0-9 or 1,2,7)") from None
-    if not seeds:
-        raise ValueError("give at least one seed, e.g. 0 or 0-9")
-    if len(seeds) > limit:
-        raise ValueError(f"more than {limit} seeds")
-    return sorted(seeds)
-
-
-def format_seeds(seeds) -> str:
-    """[0, 1, 2, 3, 7] -> '0-3, 7': the inverse of parse_seeds, as pages show a run's seeds."""
-    parts, run = [], []
-    for seed in sorted(set(seeds)):
-        if run and seed == run[-1] + 1:
-            run.append(seed)
-            continue
-        if run:
-            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [seed]
-    if run:
-        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ", ".join(parts)
+from .seeds import SEEDS_HELP, parse_seeds
 
 
 class AgentForm(forms.Form):
@@ -98,8 +56,8 @@ class RunForm(forms.Form):
     difficulties = forms.CharField(required=False, help_text="Optional: only tasks of these difficulties, e.g. 1,2.")
     seeds = forms.CharField(initial="0-4", help_text=SEEDS_HELP)
     repeats = forms.IntegerField(min_value=1, max_value=100, initial=1)
-    max_steps = forms.IntegerField(min_value=1, max_value=100_000, required=False, help_text="Default: the manifest's max_steps.")
-    episode_timeout_s = forms.FloatField(min_value=0.1, max_value=86_400, required=False, label="Episode timeout (seconds)", help_text="Default: the manifest's limits.episode_timeout_s.")
+    max_steps = forms.IntegerField(min_value=1, max_value=LIMIT_MAXIMA["max_steps"], required=False, help_text="Default: the manifest's max_steps.")
+    episode_timeout_s = forms.FloatField(min_value=0.1, max_value=LIMIT_MAXIMA["episode_timeout_s"], required=False, label="Episode timeout (seconds)", help_text="Default: the manifest's limits.episode_timeout_s.")
     reviews_required = forms.IntegerField(min_value=1, max_value=10, initial=1, help_text="Independent reviews per rollout.")
 
     def __init__(self, *args, agents=(), **kwargs):

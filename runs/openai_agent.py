@@ -7,17 +7,23 @@ resulting observation goes back as the tool's result. A malformed call (bad JSON
 arguments failing the tool's schema) is recorded as a step the environment never sees, and the model
 reads the error on its next turn; HTTP 429/5xx and timeouts are retried with bounded backoff.
 """
+import base64
+import hashlib
 import json
 import logging
 import random
 import time
 
 import httpx
+from cryptography.fernet import Fernet, InvalidToken
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from studio.errors import DomainError
 
 from .agents import AgentDone, AgentFailed, AgentStepError
+from .egress import EgressRefused, resolve_endpoint_host
 from .models import Agent, AgentSecret
 
 logger = logging.getLogger(__name__)
@@ -94,14 +100,46 @@ def checked_config(config: dict | None, api_key: str = "") -> tuple[dict, str]:
     return checked, api_key
 
 
+ENCRYPTED_PREFIX = "fernet:"
+
+
+def _fernet() -> Fernet:
+    """settings.MODEL_KEY_ENCRYPTION_KEY, or (a development default) a key derived from SECRET_KEY."""
+    configured = getattr(settings, "MODEL_KEY_ENCRYPTION_KEY", "")
+    key = configured.encode() if configured else base64.urlsafe_b64encode(
+        hashlib.sha256(b"environment-studio model API keys\0" + settings.SECRET_KEY.encode()).digest()
+    )
+    try:
+        return Fernet(key)
+    except ValueError:
+        raise ImproperlyConfigured("MODEL_KEY_ENCRYPTION_KEY must be a Fernet key (32 url-safe base64-encoded bytes)") from None
+
+
+def api_key_encrypt(api_key: str) -> str:
+    """The form an API key is stored in (empty stays empty)."""
+    if not api_key:
+        return ""
+    return ENCRYPTED_PREFIX + _fernet().encrypt(api_key.encode("utf-8")).decode("ascii")
+
+
+def api_key_decrypt(stored: str) -> str:
+    """The key back from its stored form; a value stored before encryption (no prefix) as it is."""
+    if not stored or not stored.startswith(ENCRYPTED_PREFIX):
+        return stored or ""
+    try:
+        return _fernet().decrypt(stored[len(ENCRYPTED_PREFIX):].encode("ascii")).decode("utf-8")
+    except InvalidToken:
+        raise AgentFailed("the agent's API key cannot be decrypted with this studio's MODEL_KEY_ENCRYPTION_KEY; set the key again") from None
+
+
 def agent_api_key_set(*, agent: Agent, api_key: str, actor=None) -> None:
-    """Store (or clear, with "") the agent's API key; it is never read back through any interface."""
+    """Store (or clear, with "") the agent's API key, encrypted; it is never read back through any interface."""
     with transaction.atomic():
-        AgentSecret.objects.update_or_create(agent=agent, defaults={"api_key": (api_key or "").strip()})
+        AgentSecret.objects.update_or_create(agent=agent, defaults={"api_key": api_key_encrypt((api_key or "").strip())})
 
 
 def api_key_of(agent: Agent) -> str:
-    return AgentSecret.objects.filter(agent=agent).values_list("api_key", flat=True).first() or ""
+    return api_key_decrypt(AgentSecret.objects.filter(agent=agent).values_list("api_key", flat=True).first() or "")
 
 
 # -- tool-call arguments against JSON schema -------------------------------------------------------
@@ -194,6 +232,11 @@ class ModelEndpoint:
             attempts += 1
             wait_hint = None
             try:
+                # Checked before every request: a host may resolve elsewhere later (DNS rebinding).
+                resolve_endpoint_host(self.config["base_url"])
+            except EgressRefused as exc:
+                raise AgentFailed(f"model endpoint refused by the egress policy: {exc.message}") from None
+            try:
                 response = self.client.post("/chat/completions", json=body)
             except httpx.TimeoutException:
                 problem = f"no answer within timeout_s={self.config['timeout_s']:g} s"
@@ -207,7 +250,8 @@ class ModelEndpoint:
                         if not isinstance(message, dict):
                             raise TypeError("message is not an object")
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        raise AgentFailed(f"model endpoint: malformed chat completion ({exc}): {response.text[:300]!r}") from None
+                        # The reply's own text stays out of the error: it may come from a service that is not a model.
+                        raise AgentFailed(f"model endpoint: malformed chat completion ({type(exc).__name__})") from None
                     facts = {"latency_ms": round((time.perf_counter() - started) * 1000.0, 2), "attempts": attempts}
                     if retried:
                         facts["retried"] = retried
@@ -240,13 +284,15 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 def _body_snippet(response: httpx.Response) -> str:
+    """An OpenAI-shaped error's message (`{"error": {"message": ...}}`), and nothing else of the reply:
+    rollout errors are shown on pages, and a reply of some other service must not be echoed there."""
     try:
         body = response.json()
-        if isinstance(body, dict) and isinstance(body.get("error"), dict):
-            return str(body["error"].get("message", ""))[:300]
-        return json.dumps(body)[:300]
     except ValueError:
-        return response.text[:300]
+        return "(reply is not an OpenAI error object)"
+    if isinstance(body, dict) and isinstance(body.get("error"), dict) and isinstance(body["error"].get("message"), str):
+        return body["error"]["message"][:300]
+    return "(reply is not an OpenAI error object)"
 
 
 # -- the policy ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 Pages, the API, the CLI and the Celery task all call these; permission checks happen at the edge.
 """
 import logging
+import math
 import os
 import socket
 import threading
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, reset_queries, transaction
 from django.utils import timezone
 
+from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
 from studio.errors import DomainError
 
 from . import events
@@ -152,6 +154,7 @@ def _checked_seeds(seeds) -> list[int]:
 
 
 def _checked_limits(limits) -> dict:
+    """A run's limits, each a finite number within environments.package.LIMIT_MAXIMA."""
     if not limits:
         return {}
     if not isinstance(limits, dict):
@@ -160,13 +163,18 @@ def _checked_limits(limits) -> dict:
     for key, value in limits.items():
         if key not in RUN_LIMIT_KEYS:
             raise InvalidRun(f"Unknown limit {key!r}; limits are {', '.join(RUN_LIMIT_KEYS)}.", field="limits")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise InvalidRun(f"Limit {key} must be a positive number, not {value!r}.", field="limits")
-        if key in ("max_steps", "memory_mb") and int(value) != value:
-            raise InvalidRun(f"Limit {key} must be a whole number.", field="limits")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise InvalidRun(f"Limit {key} must be a positive number, not {value!r}.", field=f"limits.{key}")
+        if value > LIMIT_MAXIMA[key]:
+            raise InvalidRun(f"Limit {key} must be at most {LIMIT_MAXIMA[key]}, not {value!r}.", field=f"limits.{key}")
+        if key in ("max_steps", "memory_mb"):
+            if int(value) != value:
+                raise InvalidRun(f"Limit {key} must be a whole number.", field=f"limits.{key}")
+            value = int(value)
         checked[key] = value
-    if checked.get("memory_mb") is not None and not 64 <= checked["memory_mb"] <= 8192:
-        raise InvalidRun("Limit memory_mb must be from 64 to 8192.", field="limits")
+    low, high = MEMORY_MB_RANGE
+    if checked.get("memory_mb") is not None and not low <= checked["memory_mb"] <= high:
+        raise InvalidRun(f"Limit memory_mb must be from {low} to {high}.", field="limits.memory_mb")
     return checked
 
 
@@ -437,6 +445,32 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
                 _enqueue_on_commit([rollout.pk])
                 done.append((rollout.pk, "requeued"))
     return done
+
+
+LOST_QUEUED_GRACE_S = 30.0
+
+
+def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) -> list[int]:
+    """Queued rollouts whose task the broker no longer holds (Redis lost and restarted empty) are
+    enqueued again; those it holds are left alone, so nothing is enqueued twice. `in_broker()` gives
+    the rollout ids the broker holds, read after the candidates so a task sent in between is seen.
+    Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
+    cutoff = timezone.now() - timedelta(seconds=grace_s)
+    candidates = set(
+        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff)
+        .exclude(run__status=RunStatus.CANCELLED)
+        .exclude(run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN])
+        .values_list("pk", flat=True)
+    )
+    if not candidates:
+        return []
+    lost = sorted(candidates - in_broker())
+    if lost:
+        from .tasks import execute_rollout
+
+        for rollout_id in lost:
+            execute_rollout.delay(rollout_id)
+    return lost
 
 
 # -- reruns ---------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 `execute_rollout` is acknowledged late: a worker that dies mid-rollout leaves the message to be
 redelivered, and the service decides whether to restart, wait, or give up.
 """
+import ast
+import json
 import logging
 import threading
 
@@ -27,6 +29,36 @@ def recover_stale_rollouts() -> int:
     return len(services.recover_stale_rollouts())
 
 
+def rollouts_in_broker() -> set[int]:
+    """Ids of the rollouts whose execute_rollout message the broker holds: waiting in the queue, or
+    delivered and not yet acknowledged (running, or held by a worker for a countdown). Redis broker only."""
+    from celery import current_app
+
+    queue = current_app.conf.task_default_queue
+    found: set[int] = set()
+    with current_app.connection_for_read() as connection:
+        client = connection.default_channel.client
+        # kombu keeps one list per priority step: the plain name for the default, then name\x06\x16<n>.
+        raw_messages = []
+        for key in [queue] + [f"{queue}\x06\x16{step}" for step in range(1, 10)]:
+            raw_messages.extend(client.lrange(key, 0, -1))
+        unacked_key = current_app.conf.broker_transport_options.get("unacked_key", "unacked")
+        raw_messages.extend(client.hvals(unacked_key))
+    for raw in raw_messages:
+        try:
+            message = json.loads(raw)
+            if isinstance(message, list):  # unacked entries are [message, exchange, routing key]
+                message = message[0]
+            headers = message.get("headers") or {}
+            if headers.get("task") != execute_rollout.name:
+                continue
+            args = ast.literal_eval(headers.get("argsrepr") or "()")
+            found.add(int(args[0]))
+        except (ValueError, TypeError, KeyError, IndexError, SyntaxError, AttributeError):
+            continue  # not one of ours
+    return found
+
+
 def _recover(when: str) -> None:
     from .episodes.host import end_orphaned_episodes
 
@@ -34,6 +66,9 @@ def _recover(when: str) -> None:
         recovered = services.recover_stale_rollouts()
         if recovered:
             logger.warning("recovered stale rollouts %s: %s", when, recovered)
+        requeued = services.requeue_lost_rollouts(in_broker=rollouts_in_broker)
+        if requeued:
+            logger.warning("re-enqueued queued rollouts the broker had lost %s: %s", when, requeued)
         ended = end_orphaned_episodes()
         if ended:
             logger.warning("ended interactive rollouts whose episode host stopped %s: %s", when, ended)

@@ -88,7 +88,7 @@ def run_detail(request, run_id):
         "run": run, "summary": summary, "rollouts": rollouts, "points": figures.run_points(run), "analytics": analytics,
         "table": table, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
         "table_query": urlencode({key: value for key, value in table.items() if value}),
-        "agreement": review_selectors.agreement(run=run),
+        "agreement": review_selectors.agreement(run=run, viewer=request.user),
         "export_url": reverse("review:export_run", kwargs={"team": request.team.slug, "run_id": run.pk}),
         # A cancelled run stays live while its running rollouts stop; Cancel shows only while it can act.
         "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING) or summary["pending"] > 0,

@@ -7,17 +7,31 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.generic.websocket import WebsocketConsumer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from runs.sessions.fast_path import SessionStepFastPath  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.ws_auth import ProgramOriginValidator  # noqa: E402
+
+
+class UnknownPathConsumer(WebsocketConsumer):
+    """Any websocket path no app routes: accepted only to close with 4404, as consumers refuse an
+    unknown object (Channels' router would raise, and the server answer the handshake with a 500)."""
+
+    def connect(self):
+        self.accept()
+        self.close(code=4404)
+
 
 application = ProtocolTypeRouter(
     {
         # Remote sessions' step routes skip Django's request cycle (same auth, services and shapes).
         "http": SessionStepFastPath(django_asgi_app),
         # Browsers must come from an allowed host; programs (no Origin header) authenticate with a token.
-        "websocket": ProgramOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": ProgramOriginValidator(
+            AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())]))
+        ),
     }
 )

@@ -88,13 +88,54 @@ def artifact_storage() -> dict:
     }
 
 
-DEBUG = envbool("DEBUG", True)
+def envlist(name: str, default: str) -> list[str]:
+    return [item.strip() for item in envstr(name, default).split(",") if item.strip()]
+
+
+# Off unless the developer asks for it (DEBUG=true: `make run` and the tests set it).
+DEBUG = envbool("DEBUG", False)
 SECRET_KEY = envstr("SECRET_KEY", "dev-only-insecure-key-change-me-in-production-0123456789")
 if not DEBUG and SECRET_KEY.startswith("dev-only"):
-    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
-ALLOWED_HOSTS = envstr("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
-CSRF_TRUSTED_ORIGINS = [o for o in envstr("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off (or set DEBUG=true on a development machine)")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
+
+# HTTPS settings: on whenever DEBUG is off (`manage.py check --deploy` is clean), each can be turned off
+# for a deployment that terminates TLS elsewhere and says so (SECURE_PROXY_SSL_HEADER=X-Forwarded-Proto).
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
+if envstr("SECURE_PROXY_SSL_HEADER", ""):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + envstr("SECURE_PROXY_SSL_HEADER", "").upper().replace("-", "_"), "https")
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (studio/middleware.py): scripts only from this origin, never inline.
+CONTENT_SECURITY_POLICY = envstr(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "connect-src 'self' ws: wss:; font-src 'self' data:; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+
+# Model API keys are stored encrypted (Fernet). The key comes from the environment (a urlsafe base64
+# 32-byte Fernet key); without it, a key is derived from SECRET_KEY, which suits a development machine.
+MODEL_KEY_ENCRYPTION_KEY = envstr("MODEL_KEY_ENCRYPTION_KEY", "")
+# Model agents may reach private, loopback and link-local addresses only when listed here (host names,
+# addresses or networks such as 10.1.2.0/24): runs/egress.py.
+MODEL_EGRESS_ALLOW = envlist("MODEL_EGRESS_ALLOW", "")
+
+# Login throttling (django-axes): this many failures for a user name from one address locks it out.
+AXES_FAILURE_LIMIT = envint("AXES_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = envfloat("AXES_COOLOFF_HOURS", 1.0)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -107,6 +148,7 @@ INSTALLED_APPS = [
     "template_partials",
     "channels",
     "ninja",
+    "axes",
     "django.contrib.postgres",
     "studio",
     "environments",
@@ -118,11 +160,15 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "studio.middleware.InputGateMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "studio.middleware.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "studio.urls"

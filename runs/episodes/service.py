@@ -7,12 +7,14 @@ Every function that ends an episode closes its sandbox and writes the rollout's 
 the verifier's first label) itself; a driver only decides when.
 """
 import dataclasses
+import json
 import logging
+import math
 import threading
 import time
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from .. import services as run_services
@@ -207,6 +209,11 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
         observation, reward, terminated, truncated, info = sandbox.step(action)
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of(episode.label, exc)) from None
+    if reward is None:
+        # The runner sends a NaN or infinite reward as null: refuse it rather than store a 0.0 nobody chose.
+        raise episode_fail(episode=episode, fault=EpisodeFault(
+            RolloutStatus.ERRORED, f"{episode.label} step() returned a reward that is not a finite number (NaN or infinity)", "error",
+        ))
     index = writer.step_count
     info = info if info is not None else {}
     if agent_record:
@@ -221,7 +228,7 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
         "index": index,
         "action": action,
         "observation": observation,
-        "reward": reward if reward is not None else 0.0,
+        "reward": reward,
         "terminated": terminated,
         "truncated": truncated,
         "info": info,
@@ -344,9 +351,48 @@ def _write_final(rollout: Rollout, outcome: EpisodeOutcome) -> Rollout:
 # -- the rollout's final state --------------------------------------------------------------------
 
 
+STORABLE_NOTE = " [NUL characters or unpaired surrogates replaced with U+FFFD]"
+
+
+def storable_text(text: str) -> tuple[str, bool]:
+    """Text PostgreSQL can store (NUL characters and unpaired surrogates replaced), and whether it changed."""
+    cleaned = text.replace("\x00", "\ufffd")
+    try:
+        cleaned.encode("utf-8")
+    except UnicodeEncodeError:
+        cleaned = "".join("\ufffd" if 0xD800 <= ord(char) <= 0xDFFF else char for char in cleaned)
+    return cleaned, cleaned != text
+
+
+def _storable_outcome(outcome: EpisodeOutcome) -> None:
+    for field in ("error", "verifier_reason", "verifier_error", "proposed_rationale"):
+        text, changed = storable_text(getattr(outcome, field) or "")
+        setattr(outcome, field, text + STORABLE_NOTE if changed else text)
+    document = json.dumps(outcome.reproduction, ensure_ascii=True, default=str)
+    if "\\u0000" in document:  # jsonb cannot store it either
+        outcome.reproduction = json.loads(document.replace("\\u0000", "\\ufffd"))
+
+
 def rollout_finish(*, rollout: Rollout, outcome: EpisodeOutcome) -> bool:
     """Write how the episode ended and the verifier's first label, fenced by the attempt: a rollout
-    that is no longer this attempt's (or no longer running) is left alone. True when written."""
+    that is no longer this attempt's (or no longer running) is left alone. True when written.
+
+    Text the database cannot hold is made storable (and says so); should the write fail anyway, the
+    rollout still ends, errored with the reason: a finishing write never leaves it running."""
+    _storable_outcome(outcome)
+    try:
+        return _rollout_finish_write(rollout, outcome)
+    except (DatabaseError, ValueError) as exc:
+        logger.exception("storing the outcome of rollout %s failed", rollout.pk)
+        fallback = EpisodeOutcome(
+            status=RolloutStatus.ERRORED, end_reason="error", step_count=outcome.step_count,
+            total_reward=outcome.total_reward if math.isfinite(outcome.total_reward) else 0.0,
+            error=f"the episode ended ({outcome.status}) but its outcome could not be stored: {type(exc).__name__}",
+        )
+        return _rollout_finish_write(rollout, fallback)
+
+
+def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
     with transaction.atomic():
         updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
             status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
@@ -369,6 +415,7 @@ def rollout_finish(*, rollout: Rollout, outcome: EpisodeOutcome) -> bool:
 
 def rollout_end(*, rollout: Rollout, status: str, error: str, end_reason: str) -> bool:
     """End a running rollout without an episode outcome (its driver died, a worker bug)."""
+    error, _ = storable_text(error)
     with transaction.atomic():
         updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
             status=status, error=error[:10000], end_reason=end_reason, finished_at=timezone.now()

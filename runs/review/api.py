@@ -8,6 +8,7 @@ from ninja import Query, Router, Schema, Status
 
 from environments.selectors import environment_get, version_get
 from studio.api import require
+from studio.inputs import BIGINT_MAX
 
 from ..models import Rollout, Run, Step
 from . import selectors, services
@@ -101,7 +102,7 @@ def review_bulk(request, query: Query[QueueQuery], payload: BulkIn):
 
 
 @router.get("/review/queue", response=QueuePage)
-def review_queue(request, query: Query[QueueQuery], limit: int = 50, offset: int = 0):
+def review_queue(request, query: Query[QueueQuery], limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     """Rollouts waiting for your decision, in the order "next" walks them (oldest first)."""
     queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters())
     limit, offset = max(1, min(limit, 500)), max(0, offset)
@@ -167,7 +168,7 @@ def _version(request, slug, number):
 
 
 @router.get("/environments/{slug}/versions/{number}/annotations", response=list[AnnotationOut])
-def version_annotations(request, slug: str, number: int, tag: str = "", limit: int = 200, offset: int = 0):
+def version_annotations(request, slug: str, number: int, tag: str = "", limit: int = Query(200, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     notes = selectors.annotations_for(version=_version(request, slug, number), tag=tag or None)
     limit, offset = max(1, min(limit, 1000)), max(0, offset)
     return [_annotation_out(n) for n in notes[offset : offset + limit]]
@@ -176,20 +177,21 @@ def version_annotations(request, slug: str, number: int, tag: str = "", limit: i
 @router.get("/environments/{slug}/versions/{number}/agreement", response=AgreementOut)
 def version_agreement(request, slug: str, number: int):
     """Verifier vs human and human vs human agreement on pass/fail (pass = reward > 0), overrides, tags."""
-    return selectors.agreement(version=_version(request, slug, number))
+    return selectors.agreement(version=_version(request, slug, number), viewer=request.user)
 
 
 @router.get("/runs/{run_id}/agreement", response=AgreementOut)
 def run_agreement(request, run_id: int):
-    return selectors.agreement(run=get_object_or_404(Run, team=request.team, pk=run_id))
+    return selectors.agreement(run=get_object_or_404(Run, team=request.team, pk=run_id), viewer=request.user)
 
 
 Decision = Literal["approved", "overridden", "all"]
 Format = Literal["trajectory", "chat"]
 
 
-def _stream(rollouts, *, decision, fmt, filename) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt), content_type="application/x-ndjson")
+def _stream(request, rollouts, *, decision, fmt, filename) -> StreamingHttpResponse:
+    lines = export_lines(rollouts, decision=decision, fmt=fmt, viewer=request.user)
+    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
     suffix = "" if fmt == "trajectory" else "-chat"
     response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{suffix}.jsonl"'
     return response
@@ -199,18 +201,18 @@ def _stream(rollouts, *, decision, fmt, filename) -> StreamingHttpResponse:
 def export_run(request, run_id: int, decision: Decision = "approved", format: Format = "trajectory"):
     """JSON lines, one rollout a line, streamed. decision: approved (approved or overridden), overridden, all."""
     run = get_object_or_404(Run, team=request.team, pk=run_id)
-    return _stream(run.rollouts.all(), decision=decision, fmt=format, filename=f"run-{run.pk}")
+    return _stream(request, run.rollouts.all(), decision=decision, fmt=format, filename=f"run-{run.pk}")
 
 
 @router.get("/environments/{slug}/versions/{number}/export", response={200: None})
 def export_version(request, slug: str, number: int, decision: Decision = "approved", format: Format = "trajectory"):
     version = _version(request, slug, number)
     rollouts = Rollout.objects.filter(team=request.team, run__environment_version=version)
-    return _stream(rollouts, decision=decision, fmt=format, filename=f"{slug}-v{number}")
+    return _stream(request, rollouts, decision=decision, fmt=format, filename=f"{slug}-v{number}")
 
 
 @router.get("/review/export", response={200: None})
 def export_filtered(request, query: Query[QueueQuery], decision: Decision = "approved", format: Format = "trajectory"):
     """Export the team's rollouts matching the queue filters (environment, version, run, agent, reward, outcome)."""
     rollouts = selectors.rollouts_matching(team=request.team, filters=query.filters())
-    return _stream(rollouts, decision=decision, fmt=format, filename=f"{request.team.slug}-rollouts")
+    return _stream(request, rollouts, decision=decision, fmt=format, filename=f"{request.team.slug}-rollouts")

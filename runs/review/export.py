@@ -12,6 +12,7 @@ from django.db import connection
 
 from ..models import LabelDecision, Run
 from ..selectors import with_current_label
+from .selectors import rollouts_owed_by
 
 EXPORT_DECISIONS = ("approved", "overridden", "all")
 EXPORT_FORMATS = ("trajectory", "chat")
@@ -37,6 +38,9 @@ LABELS_SQL = (
     "FROM runs_rewardlabel l LEFT JOIN auth_user u ON u.id = l.reviewer_id "
     "WHERE l.rollout_id = ANY(%s) AND l.step_id IS NULL ORDER BY l.rollout_id, l.created_at DESC, l.id DESC"
 )
+# Rollouts the exporting reviewer still owes a blind review: only the verifier's labels count (see
+# selectors.rollouts_owed_by; a reviewer who owes one has no label of their own on it yet).
+BLIND_LABELS_SQL = LABELS_SQL.replace("AND l.step_id IS NULL", "AND l.step_id IS NULL AND l.source = 'verifier'")
 ANNOTATIONS_SQL = (
     "SELECT a.rollout_id, s.index, a.text, a.tags, u.username, a.created_at FROM runs_annotation a "
     "LEFT JOIN runs_step s ON s.id = a.step_id LEFT JOIN auth_user u ON u.id = a.author_id "
@@ -48,29 +52,35 @@ class InvalidExport(ValueError):
     pass
 
 
-def export_rollouts(rollouts, *, decision: str = "approved"):
-    """Narrow a rollout queryset to those whose current label matches `decision`."""
+def export_rollouts(rollouts, *, decision: str = "approved", viewer=None):
+    """Narrow a rollout queryset to those whose current label matches `decision`. For a `viewer` who
+    still owes a blind review of a rollout, its current label is the verifier's proposal, which no
+    human decision filter matches: the export neither shows nor implies the others' decisions."""
     if decision not in DECISION_FILTER:
         raise InvalidExport(f"decision must be one of {', '.join(EXPORT_DECISIONS)}")
     wanted = DECISION_FILTER[decision]
     if wanted is not None:
         # What a trainer may use has a reward: a label without a value never leaves as approved.
         rollouts = with_current_label(rollouts).filter(current_label_decision__in=wanted, current_label_value__isnull=False)
+        if viewer is not None:
+            rollouts = rollouts.exclude(pk__in=rollouts_owed_by(viewer=viewer, rollouts=rollouts).values("pk"))
     return rollouts
 
 
-def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory") -> Iterator[str]:
-    """Yield one JSON line ("...\\n") per rollout of the queryset whose current label matches."""
+def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory", viewer=None) -> Iterator[str]:
+    """Yield one JSON line ("...\\n") per rollout of the queryset whose current label matches, as
+    `viewer` may see it (None: an operator's export, every label)."""
     if fmt not in EXPORT_FORMATS:
         raise InvalidExport(f"format must be one of {', '.join(EXPORT_FORMATS)}")
-    rollouts = export_rollouts(rollouts, decision=decision)
+    rollouts = export_rollouts(rollouts, decision=decision, viewer=viewer)
     heads: dict[int, dict] = {}
     write = _trajectory_line if fmt == "trajectory" else _chat_line
     for chunk in _chunks(rollouts):
         ids = [row["id"] for row in chunk]
         for run_id in {row["run_id"] for row in chunk} - heads.keys():
             heads[run_id] = _run_head(run_id)
-        labels, annotations = _labels_and_annotations(ids)
+        blind = set(rollouts_owed_by(viewer=viewer, rollouts=rollouts.filter(pk__in=ids)).values_list("pk", flat=True)) if viewer else set()
+        labels, annotations = _labels_and_annotations(ids, blind)
         with connection.cursor() as cursor:
             cursor.execute(STEPS_SQL, [ids])
             rows = iter(cursor)  # a client-side cursor: the chunk (capped by CHUNK_STEPS) is what it holds
@@ -120,15 +130,18 @@ def _run_head(run_id: int) -> dict:
     }
 
 
-def _labels_and_annotations(ids: list[int]) -> tuple[dict, dict]:
+def _labels_and_annotations(ids: list[int], blind: set[int]) -> tuple[dict, dict]:
     labels, annotations = {}, {}
     with connection.cursor() as cursor:
-        cursor.execute(LABELS_SQL, [ids])
-        for rollout_id, value, decision, source, rationale, reviewer, created_at in cursor:
-            labels[rollout_id] = (
-                {"value": value, "decision": decision, "source": source},
-                {"reviewer": reviewer, "rationale": rationale, "at": created_at.isoformat()},
-            )
+        for sql, chosen in ((LABELS_SQL, [i for i in ids if i not in blind]), (BLIND_LABELS_SQL, sorted(blind))):
+            if not chosen:
+                continue
+            cursor.execute(sql, [chosen])
+            for rollout_id, value, decision, source, rationale, reviewer, created_at in cursor:
+                labels[rollout_id] = (
+                    {"value": value, "decision": decision, "source": source},
+                    {"reviewer": reviewer, "rationale": rationale, "at": created_at.isoformat()},
+                )
         cursor.execute(ANNOTATIONS_SQL, [ids])
         for rollout_id, step_index, text, tags, author, created_at in cursor:
             annotations.setdefault(rollout_id, []).append(

@@ -4,10 +4,10 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 
-from django.db.models import Count, Exists, F, FloatField, IntegerField, OuterRef, Subquery, Value
+from django.db.models import Count, Exists, F, FloatField, IntegerField, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
 
-from studio.models import Membership
+from studio.models import ROLE_PERMISSIONS, Membership
 
 from ..models import Annotation, LabelDecision, LabelSource, RewardLabel, Rollout
 
@@ -103,14 +103,33 @@ def label_history(rollout):
     return RewardLabel.objects.filter(rollout=rollout).select_related("reviewer", "step").order_by("created_at", "id")
 
 
+def rollouts_owed_by(*, viewer, rollouts=None):
+    """The rollouts (of `rollouts`, a queryset; default all) on which `viewer` still owes one of the K
+    independent reviews: a member who may review, has not decided it, and fewer than K humans have.
+
+    Blind review rests on this one definition: until the viewer decides, no read path (label history,
+    pages, exports, agreement figures) shows them another human's decision or rationale."""
+    rollouts = Rollout.objects.all() if rollouts is None else rollouts
+    if viewer is None or not getattr(viewer, "pk", None):
+        return rollouts.none()
+    review_roles = [role for role, permissions in ROLE_PERMISSIONS.items() if "review" in permissions]
+    teams = Membership.objects.filter(user=viewer, role__in=review_roles).values("team_id")
+    return (
+        rollouts.filter(team_id__in=teams)
+        .annotate(human_deciders_for_blind=_human_decider_count())
+        .filter(human_deciders_for_blind__lt=Greatest(F("run__reviews_required"), Value(1)))
+        .exclude(Exists(_rollout_labels().filter(source=LabelSource.HUMAN, reviewer=viewer)))
+    )
+
+
 def review_open_for(rollout, viewer) -> bool:
     """Whether `viewer` may still decide this rollout as one of its K independent reviews."""
-    membership = Membership.objects.filter(team_id=rollout.team_id, user=viewer).first()
-    if membership is None or not membership.can("review"):
-        return False
-    human = RewardLabel.objects.filter(rollout=rollout, step__isnull=True, source=LabelSource.HUMAN)
-    deciders = set(human.values_list("reviewer_id", flat=True))
-    return viewer.pk not in deciders and len(deciders) < max(1, rollout.run.reviews_required)
+    return rollouts_owed_by(viewer=viewer, rollouts=Rollout.objects.filter(pk=rollout.pk)).exists()
+
+
+def label_visible_to(label: RewardLabel, viewer) -> bool:
+    """Within a rollout the viewer owes a review: the verifier's labels and the viewer's own."""
+    return label.source == LabelSource.VERIFIER or (viewer is not None and label.reviewer_id == viewer.pk)
 
 
 def visible_labels(rollout, viewer) -> list[RewardLabel]:
@@ -118,7 +137,7 @@ def visible_labels(rollout, viewer) -> list[RewardLabel]:
     the verifier's labels only, so others' decisions cannot sway theirs."""
     labels = list(label_history(rollout))
     if review_open_for(rollout, viewer):
-        return [label for label in labels if label.source == LabelSource.VERIFIER or label.reviewer_id == viewer.pk]
+        return [label for label in labels if label_visible_to(label, viewer)]
     return labels
 
 
@@ -163,16 +182,21 @@ def _round(x):
     return None if x is None else round(x, 4)
 
 
-def agreement(*, version=None, run=None) -> dict:
+def agreement(*, version=None, run=None, viewer=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
+    With a `viewer`, human decisions on rollouts they still owe a review are left out (blind review).
     """
     if (version is None) == (run is None):
         raise ValueError("agreement() takes a version or a run")
     rollouts = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
+    labels = RewardLabel.objects.filter(rollout__in=rollouts, step__isnull=True)
+    if viewer is not None:
+        owed = rollouts_owed_by(viewer=viewer, rollouts=rollouts).values("pk")
+        labels = labels.exclude(Q(rollout__in=owed) & ~Q(source=LabelSource.VERIFIER))
     labels = (
-        RewardLabel.objects.filter(rollout__in=rollouts, step__isnull=True)
+        labels
         .order_by("rollout_id", "created_at", "id")
         .values_list("rollout_id", "source", "decision", "value", "reviewer_id")
     )

@@ -212,6 +212,6 @@ def _stream(request, rollouts, filename):
     fmt = request.GET.get("format", "trajectory")
     if decision not in ("approved", "overridden", "all") or fmt not in ("trajectory", "chat"):
         return HttpResponse("decision must be approved, overridden or all; format trajectory or chat", status=400)
-    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt), content_type="application/x-ndjson")
+    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt, viewer=request.user), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{"" if fmt == "trajectory" else "-chat"}.jsonl"'
     return response

@@ -25,7 +25,7 @@ def share(part, whole) -> int:
 @register.filter
 def seed_ranges(seeds) -> str:
     """A run's seeds as ranges: "0-19, 25"."""
-    from runs.forms import format_seeds
+    from runs.seeds import format_seeds
 
     return format_seeds(seeds or [])
 

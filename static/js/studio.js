@@ -1,6 +1,8 @@
 // Small behaviours shared by every page: team switcher, confirmations, copy buttons.
 document.addEventListener("change", (e) => {
   if (e.target.matches("[data-switch-team]")) window.location = e.target.value;
+  // Selects that submit their form when changed (no inline handlers: the CSP refuses them).
+  if (e.target.matches("select[data-autosubmit]") && e.target.form) e.target.form.requestSubmit();
 });
 document.addEventListener("submit", (e) => {
   const msg = e.target.getAttribute("data-confirm");

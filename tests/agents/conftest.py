@@ -58,9 +58,12 @@ class StandInModel:
 
 
 @pytest.fixture
-def model_server():
-    """The stand-in model; `.base_url` is what an agent's config points at."""
+def model_server(settings, monkeypatch):
+    """The stand-in model; `.base_url` is what an agent's config points at. It listens on loopback,
+    which the egress policy refuses unless allowed: allowed here, and for the workers tests start."""
     model = StandInModel()
+    settings.MODEL_EGRESS_ALLOW = ["127.0.0.1"]
+    monkeypatch.setenv("MODEL_EGRESS_ALLOW", "127.0.0.1")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

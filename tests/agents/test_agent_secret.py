@@ -4,6 +4,7 @@ import json
 import pytest
 
 from runs.models import Agent, AgentSecret
+from runs.openai_agent import api_key_of
 from tests.agents.conftest import SECRET, reply, tool_call
 from tests.agents.test_openai_agent import play
 from tests.runs.rollout_factories import package_version
@@ -19,7 +20,8 @@ def test_the_key_is_taken_out_of_the_config_and_never_returned(owner_api, model_
     assert SECRET not in response.content.decode() and body["api_key_set"] is True
     assert body["config"]["base_url"] == model_server.base_url and body["config"]["max_turns"] == 30
     agent = Agent.objects.get(pk=body["id"])
-    assert "api_key" not in agent.config and AgentSecret.objects.get(agent=agent).api_key == SECRET
+    assert "api_key" not in agent.config and api_key_of(agent) == SECRET
+    assert SECRET not in AgentSecret.objects.get(agent=agent).api_key  # encrypted at rest
     assert SECRET not in repr(agent.secret) and SECRET not in str(agent.secret)
     for path in ("/agents", f"/agents/{agent.pk}"):
         assert SECRET not in owner_api.get(path).content.decode()

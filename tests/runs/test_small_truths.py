@@ -3,7 +3,7 @@ hash for agents without code, and the way around (Agents in the nav, favicon, ba
 import pytest
 
 from runs import services
-from runs.forms import format_seeds, parse_seeds
+from runs.seeds import format_seeds, parse_seeds
 from runs.models import Rollout
 from tests.conftest import login
 from tests.runs.rollout_factories import package_version, random_agent

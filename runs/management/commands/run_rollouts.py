@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from environments.selectors import version_by_label
-from runs import figures, services
+from runs import figures, seeds, services
 from runs.models import AgentKind
 from runs.tasks import execute_rollout
 from studio.errors import DomainError
@@ -16,26 +16,11 @@ from studio.models import Membership, Role, Team
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'0-9', '1,2,5' or '0-4,10' -> a list of seeds in the given order."""
-    seeds = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        low, dash, high = part.partition("-")
-        try:
-            if dash:
-                first, last = int(low), int(high)
-                if last < first:
-                    raise CommandError(f"seed range {part!r} runs backwards")
-                seeds.extend(range(first, last + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise CommandError(f"bad seed {part!r}: use numbers and ranges such as 0-9,20") from None
-    if not seeds:
-        raise CommandError("--seeds needs at least one seed")
-    return seeds
+    """--seeds as runs.seeds reads it ('0-9', '1,2,5' or '0-4,10'), a bad value as a command error."""
+    try:
+        return seeds.parse_seeds(text)
+    except ValueError as exc:
+        raise CommandError(f"--seeds: {exc}") from None
 
 
 class Command(BaseCommand):

@@ -1,0 +1,101 @@
+"""Blind review on every read path: a reviewer who still owes one of a rollout's K independent reviews
+sees neither another human's decision nor its rationale, through the run export, the version export,
+the filtered review export (API and pages) or the agreement figures (API and pages). Once they have
+decided, or once the K reviews are in, everything shows."""
+import json
+
+import pytest
+
+from runs.review import services
+from runs.review.export import export_lines
+from tests.conftest import api_for, login
+
+SECRET = "rita-thinks-the-verifier-is-wrong"
+
+
+@pytest.fixture
+def decided_by_rita(make_run, reviewer, second_reviewer):
+    """Two reviews wanted; rita has overridden both rollouts, rosa (second_reviewer) has not decided yet."""
+    run = make_run([1.0, 0.0], reviews_required=2)
+    for rollout in run.rollouts.order_by("id"):
+        services.label_decide(rollout=rollout, actor=reviewer, decision="overridden", value=0.25, rationale=SECRET)
+    return run
+
+
+def export_texts(client, api, run):
+    pages = [
+        f"/t/alpha/runs/{run.pk}/export.jsonl?decision=all",
+        f"/t/alpha/runs/{run.pk}/export.jsonl",
+        "/t/alpha/environments/counter-review/versions/1/export.jsonl?decision=all",
+        f"/t/alpha/runs/{run.pk}/export.jsonl?decision=all&format=chat",
+    ]
+    apis = [
+        f"/runs/{run.pk}/export?decision=all", f"/runs/{run.pk}/export?decision=overridden",
+        "/environments/counter-review/versions/1/export?decision=all", "/review/export?decision=all",
+        "/review/export", f"/runs/{run.pk}/export?decision=all&format=chat",
+    ]
+    texts = {}
+    for url in pages:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        texts[url] = b"".join(response.streaming_content).decode()
+    for url in apis:
+        response = api.get(url)
+        assert response.status_code == 200, url
+        texts[url] = b"".join(response.streaming_content).decode()
+    return texts
+
+
+def test_exports_hide_other_decisions_from_a_reviewer_who_owes_one(decided_by_rita, second_reviewer, team):
+    texts = export_texts(login(second_reviewer), api_for(second_reviewer, team), decided_by_rita)
+    for url, text in texts.items():
+        assert SECRET not in text, url
+        assert "rita" not in text, url
+        assert "overridden" not in text, url
+        for line in text.splitlines():
+            row = json.loads(line)
+            label = row.get("label") or row["metadata"]["label"]
+            assert label["decision"] == "proposed", (url, label)
+    # approved/overridden exports would imply a human decision: nothing in them for rosa
+    assert texts[f"/t/alpha/runs/{decided_by_rita.pk}/export.jsonl"] == ""
+    assert texts["/review/export"] == ""
+
+
+def test_exports_show_everything_once_the_reviewer_has_decided(decided_by_rita, second_reviewer, team):
+    for rollout in decided_by_rita.rollouts.all():
+        services.label_decide(rollout=rollout, actor=second_reviewer, decision="approved")
+    texts = export_texts(login(second_reviewer), api_for(second_reviewer, team), decided_by_rita)
+    rows = [json.loads(line) for line in texts[f"/runs/{decided_by_rita.pk}/export?decision=all"].splitlines()]
+    assert [row["label"]["decision"] for row in rows] == ["approved", "approved"]
+    assert len(texts["/review/export"].splitlines()) == 2
+
+
+def test_an_owner_who_may_review_is_blind_too(decided_by_rita, owner, team):
+    # Owners may review: while they owe one of the K reviews, they are as blind as rosa.
+    texts = export_texts(login(owner), api_for(owner, team), decided_by_rita)
+    assert SECRET not in texts[f"/runs/{decided_by_rita.pk}/export?decision=all"]
+    assert SECRET in "".join(export_lines(decided_by_rita.rollouts.all(), decision="all"))  # the operator's CLI export
+
+
+def test_a_viewer_without_review_rights_sees_the_decisions(decided_by_rita, viewer, team):
+    texts = export_texts(login(viewer), api_for(viewer, team), decided_by_rita)
+    assert SECRET in texts[f"/runs/{decided_by_rita.pk}/export?decision=all"]
+
+
+def test_agreement_hides_other_decisions_from_a_reviewer_who_owes_one(decided_by_rita, second_reviewer, viewer, team):
+    run = decided_by_rita
+    api = api_for(second_reviewer, team)
+    for url in (f"/runs/{run.pk}/agreement", "/environments/counter-review/versions/1/agreement"):
+        figures = api.get(url).json()
+        assert figures["human_decisions"] == 0 and figures["overridden"] == 0, (url, figures)
+        assert figures["verifier_human"]["compared"] == 0
+    seen = api_for(viewer, team).get(f"/runs/{run.pk}/agreement").json()
+    assert seen["overridden"] == 2
+
+
+def test_agreement_on_pages_hides_other_decisions(decided_by_rita, second_reviewer, viewer):
+    for url in (f"/t/alpha/runs/{decided_by_rita.pk}/", "/t/alpha/environments/counter-review/versions/1/"):
+        blind = login(second_reviewer).get(url)
+        assert blind.status_code == 200
+        assert blind.context["agreement"]["human_decisions"] == 0, url
+        assert login(viewer).get(url).context["agreement"]["human_decisions"] == 2, url
