@@ -26,6 +26,9 @@ import traceback  # noqa: E402
 
 import protocol  # noqa: E402  (beside this file; the runner's directory is sys.path[0])
 
+# bubblewrap's --chdir sets PWD; the sandbox's environment is exactly what the host passed.
+os.environ.pop("PWD", None)
+
 # The runner's own directory must not shadow or expose anything to user code.
 del sys.path[0]
 

@@ -357,11 +357,9 @@ def test_agent_cannot_read_the_environment_files(start_sandbox, counter_env):
     assert agent.uid != env.uid
     agent.reset({"id": "t"}, seed=0)
     seen = agent.act({"workdir": str(env.workdir), "pid": env.pid})
-    assert seen["read_env"] == "PermissionError"
-    assert seen["list_env"] == "PermissionError"
-    assert seen["list_root"] == "PermissionError"
-    assert seen["env_cwd"] == "PermissionError"
-    assert seen["env_environ"] == "PermissionError"
+    # Refused: outside the agent's view the env's workspace and process do not even exist.
+    for attempt in ("read_env", "list_env", "list_root", "env_cwd", "env_environ"):
+        assert seen[attempt] in ("PermissionError", "FileNotFoundError"), (attempt, seen[attempt])
     assert seen["tmp"] == "[]"
     assert seen["own"] == ["agent.py"]
     assert "SECRET_ANSWER" not in repr(seen)
