@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from . import protocol
 from .cgroups import SandboxCgroup
+from .secrets import version_seed_secret
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
 from .view import BWRAP, WORKDIR_IN_VIEW, Workspace, bwrap_argv, bwrap_available, remove_stale_workspaces
 
@@ -598,7 +599,13 @@ class ProcessSandbox:
             self.close()
             raise
         try:
-            result = self._call("load", limits.load_timeout_s, mode=mode, entrypoint=entrypoint, limits=limits.for_runner())
+            extra = {}
+            if mode == "env":
+                # Only an environment's own sandbox learns its version's seed secret (secrets.py).
+                secret = version_seed_secret(files)
+                if secret:
+                    extra["seed_secret"] = secret
+            result = self._call("load", limits.load_timeout_s, mode=mode, entrypoint=entrypoint, limits=limits.for_runner(), **extra)
         except UserCodeError:
             self.close()  # a sandbox whose code did not load is of no further use
             raise
@@ -699,9 +706,11 @@ class ProcessSandbox:
         result = self._call("verify", timeout if timeout is not None else self.limits.step_timeout_s)
         return result["reward"], result["reason"]
 
-    def act(self, observation: Any, info: dict | None = None) -> Any:
+    def act(self, observation: Any, info: dict | None = None, *, space: dict | None = None) -> Any:
+        """The agent's action; `space` ({"action_space", "tools"}) goes to an agent with observe_space()."""
         self._require("agent", "act")
-        return self._call("act", self.limits.step_timeout_s, observation=observation, info=info or {})
+        extra = {"space": space} if space is not None else {}
+        return self._call("act", self.limits.step_timeout_s, observation=observation, info=info or {}, **extra)
 
     def _require(self, mode: str, op: str) -> None:
         if self.mode != mode:

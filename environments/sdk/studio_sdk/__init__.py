@@ -37,11 +37,24 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
+import hmac
 import math
 import random
 import re
 import sys
 from typing import Any, NamedTuple
+
+# The version's seed secret: set by the runner in an environment's own sandbox only (never in an agent's),
+# so an agent cannot recompute an episode's hidden draws from the seed and the task it is shown.
+_seed_secret: bytes | None = None
+
+
+def set_seed_secret(secret: str | None) -> None:
+    """Called by the sandbox runner before the environment loads; not for environment code."""
+    global _seed_secret
+    _seed_secret = secret.encode("utf-8") if secret else None
+
 
 __all__ = [
     "Environment",
@@ -89,8 +102,14 @@ class Environment:
         self._rng = value
 
     def seed_rng(self, seed: int, *salt: Any) -> random.Random:
-        """Reseed `self.rng` from the seed (and optional salt such as the task id); returns it."""
+        """Reseed `self.rng` from the seed (and optional salt such as the task id); returns it.
+
+        In the studio the seed is mixed (HMAC-SHA256) with the version's secret, which only this
+        environment's sandbox holds: the same version, task and seed give the same draws, and an
+        agent that knows the seed and the task still cannot recompute them."""
         material = ":".join(str(part) for part in (seed, *salt)) if salt else seed
+        if _seed_secret is not None:
+            material = hmac.new(_seed_secret, f"seed_rng:{material}".encode("utf-8"), hashlib.sha256).hexdigest()
         self.rng = random.Random(material)
         return self.rng
 
