@@ -36,7 +36,16 @@ from . import protocol
 from .cgroups import SandboxCgroup
 from .secrets import version_seed_secret
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
-from .view import BWRAP, WORKDIR_IN_VIEW, Workspace, bwrap_argv, bwrap_available, remove_stale_workspaces
+from .view import (
+    BWRAP,
+    RUNNER_DIR_IN_VIEW,
+    WORKDIR_IN_VIEW,
+    Workspace,
+    bwrap_argv,
+    bwrap_available,
+    remove_stale_workspaces,
+    view_python_path,
+)
 
 RUNNER_PATH = Path(__file__).with_name("runner.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -485,7 +494,7 @@ class ProcessSandbox:
                 "LANG": "C.UTF-8",
                 "HOME": workdir,
                 "TMPDIR": "/tmp" if use_view else workdir,
-                "PYTHONPATH": os.pathsep.join(python_path),
+                "PYTHONPATH": os.pathsep.join(view_python_path(python_path) if use_view else python_path),
                 "PYTHONHASHSEED": "0",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 # One BLAS thread: predictable CPU use, and a far smaller address space under RLIMIT_AS.
@@ -493,7 +502,8 @@ class ProcessSandbox:
                 "OMP_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1",
             }
-            argv = [config.python, "-S", "-B", str(RUNNER_PATH)]  # -S: skip site (.pth start-up hooks, ~40 ms)
+            runner = f"{RUNNER_DIR_IN_VIEW}/{RUNNER_PATH.name}" if use_view else str(RUNNER_PATH)
+            argv = [config.python, "-S", "-B", runner]  # -S: skip site (.pth start-up hooks, ~40 ms)
             if config.preload:
                 argv.append("--preload=" + ",".join(config.preload))
             hidden = []

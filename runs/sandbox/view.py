@@ -20,6 +20,9 @@ from pathlib import Path
 
 BWRAP = "/usr/bin/bwrap"
 WORKDIR_IN_VIEW = "/sandbox"
+# The import path and the runner appear under neutral names: the view shows no host layout.
+RUNNER_DIR_IN_VIEW = "/opt/studio/runner"
+PYTHON_PATH_IN_VIEW = "/opt/studio/python/{index}"
 TMP_IN_VIEW = ("/tmp", "/var/tmp", "/dev/shm")
 # Top-level links of a merged-/usr system (or real directories on an older one), bound as they are.
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -90,6 +93,11 @@ def remove_stale_workspaces(root: Path, uid: int) -> None:
                 remove_workspace(Path(entry.path))
 
 
+def view_python_path(python_path: list[str]) -> list[str]:
+    """Where each import path entry appears inside the view."""
+    return [PYTHON_PATH_IN_VIEW.format(index=index) for index in range(len(python_path))]
+
+
 def bwrap_argv(
     *,
     python: str,
@@ -100,7 +108,8 @@ def bwrap_argv(
     browser: bool = False,
     bwrap: str = BWRAP,
 ) -> list[str]:
-    """bwrap's options for this sandbox's view (the command follows them)."""
+    """bwrap's options for this sandbox's view (the command follows them). Import path entries are
+    bound at view_python_path(python_path), the runner's directory at RUNNER_DIR_IN_VIEW."""
     argv = [
         bwrap,
         "--unshare-user", "--disable-userns",
@@ -122,9 +131,9 @@ def bwrap_argv(
     read_only += [path for path in ETC_FILES + (BROWSER_ETC if browser else ()) if os.path.exists(path)]
     for path in read_only:
         argv += ["--ro-bind", path, path]
-    for path in [*python_path, runner_dir]:
-        if path and path != WORKDIR_IN_VIEW:
-            argv += ["--ro-bind-try", path, path]
+    for path, target in zip(python_path, view_python_path(python_path)):
+        argv += ["--ro-bind", path, target]
+    argv += ["--ro-bind", runner_dir, RUNNER_DIR_IN_VIEW]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--bind", str(workspace.work), WORKDIR_IN_VIEW]
     for target in TMP_IN_VIEW:
