@@ -138,8 +138,7 @@ def test_proc_lists_only_the_sandboxs_own_processes(start, backend):
     commands = " ".join(seen["pids"].values())
     assert "pytest" not in commands and "postgres" not in commands and "redis" not in commands, seen
     # The runner, and at most the namespace's init (bwrap's, or docker's --init).
-    assert len(seen["pids"]) <= 3 and seen["me"] <= 3, seen
-    assert sandbox.pid != seen["me"] or backend == "docker"
+    assert len(seen["pids"]) <= 3 and str(seen["me"]) in seen["pids"], seen
 
 
 @needs_root
