@@ -59,7 +59,9 @@ def set_seed_secret(secret: str | None) -> None:
 __all__ = [
     "Environment",
     "GymnasiumEnvironment",
+    "ACTION_SPACE_LIMITS",
     "StepResult",
+    "action_space_problem",
     "jsonable",
     "sample_action",
     "tool",
@@ -176,10 +178,57 @@ def _jsonable_key(key: Any) -> str:
     raise TypeError(f"cannot use a {type(key).__name__} as a JSON object key")
 
 
+# How large an action space may be: one sampled action stays small and quick to draw. The studio
+# checks literal spaces at commit (environments/package.py) and sample_action checks every space.
+ACTION_SPACE_LIMITS = {"text_max_length": 10_000, "values": 10_000, "elements": 100_000}
+
+
+def action_space_problem(space: Any) -> str | None:
+    """Why this action space cannot be sampled within ACTION_SPACE_LIMITS (None when it can)."""
+    if not isinstance(space, dict):
+        return f"action_space must be a JSON object, not {type(space).__name__}"
+    kind = space.get("type")
+    limits = ACTION_SPACE_LIMITS
+
+    def count(value) -> int | None:
+        shape = _as_shape(value)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            return None
+        return math.prod(shape)
+
+    if kind == "discrete":
+        n = space.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return f"a discrete action space needs a positive integer n, not {n!r}"
+    elif kind == "choice":
+        values = space.get("values")
+        if not isinstance(values, list) or not 1 <= len(values) <= limits["values"]:
+            return f"a choice action space needs a list of 1 to {limits['values']} values"
+    elif kind == "text":
+        length = space.get("max_length", 16)
+        if not isinstance(length, int) or isinstance(length, bool) or not 1 <= length <= limits["text_max_length"]:
+            return f"a text action space's max_length must be an integer from 1 to {limits['text_max_length']}, not {length!r}"
+        alphabet = space.get("alphabet", "x")
+        if not isinstance(alphabet, str) or not 1 <= len(alphabet) <= limits["values"]:
+            return f"a text action space's alphabet must be a string of 1 to {limits['values']} characters"
+    elif kind in ("box", "multi_binary"):
+        size = count(space.get("shape") if kind == "box" else space.get("n"))
+        if size is None or size > limits["elements"]:
+            return f"a {kind} action space needs a shape of at most {limits['elements']} elements"
+    elif kind == "multi_discrete":
+        nvec = space.get("nvec")
+        if not isinstance(nvec, list) or not 1 <= len(nvec) <= limits["elements"]:
+            return f"a multi_discrete action space needs an nvec of 1 to {limits['elements']} sizes"
+    return None
+
+
 def sample_action(space: dict | None, rng: random.Random) -> Any:
     """A random action from a JSON action space description, reproducible for a seeded rng."""
     if not space:
         raise ValueError("this environment has no action_space to sample from")
+    problem = action_space_problem(space)
+    if problem:
+        raise ValueError(problem)
     kind = space.get("type")
     if kind == "discrete":
         return space.get("start", 0) + rng.randrange(space["n"])
