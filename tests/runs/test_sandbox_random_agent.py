@@ -99,3 +99,25 @@ def test_the_readme_counter_works_with_every_built_in_agent(team, owner, model_a
         rollout = play_one(team, owner, version, agent)
         assert rollout.status == RolloutStatus.SUCCEEDED, (agent.kind, rollout.error)
         assert rollout.verifier_reward == 1.0 or agent.kind == "random", (agent.kind, rollout.verifier_reason)
+
+
+@pytest.mark.browser
+def test_random_agent_acts_on_a_browser_pages_elements(team, owner, settings, tmp_path):
+    from runs.episodes import close_browser_pool
+    from tests.browser_envs.conftest import browser_version
+    from tests.runs.rollout_factories import DEMO_DIR, read_folder
+
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    version = browser_version(team, owner, "web_form", read_folder(DEMO_DIR / "web_form"))
+    try:
+        rollout = play_one(team, owner, version, random_agent(team, owner), task_id=version.tasks[0]["id"])
+    finally:
+        close_browser_pool()
+    assert rollout.status in (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED), rollout.error
+    steps = list(rollout.steps.order_by("index"))
+    assert len(steps) >= 3
+    kinds = {step.action["action"] for step in steps}
+    assert kinds <= {"click", "fill", "select", "scroll"} and kinds & {"click", "fill", "select"}
+    # Valid actions on the page's own elements: the page accepted (nearly) every one.
+    refused = [step.observation.get("error") for step in steps if step.observation.get("error")]
+    assert len(refused) <= len(steps) // 3, refused
