@@ -63,9 +63,9 @@ class SandboxCgroup:
         self.memory_limit_mb: int | None = None
 
     @classmethod
-    def create(cls, name: str | None = None) -> tuple["SandboxCgroup | None", str]:
-        """A fresh group (None and the reason when the host refuses one)."""
-        name = name or f"sb-{uuid.uuid4().hex[:16]}"
+    def create(cls, prefix: str = "sb-") -> tuple["SandboxCgroup | None", str]:
+        """A fresh group named `prefix` + a random part (None and the reason when the host refuses one)."""
+        name = f"{prefix}{uuid.uuid4().hex[:16]}"
         own = _own_paths()
         mount = _v2_mount()
         dirs: dict[str, Path] = {}
@@ -94,6 +94,27 @@ class SandboxCgroup:
             if group is not None:
                 group.remove()
             return None, f"no cgroup for the sandbox ({exc})"
+
+    @classmethod
+    def remove_stale(cls, prefix: str) -> None:
+        """Remove groups named `prefix`... left by a worker that died (the caller owns the prefix: its
+        uid slot), killing what is still in them."""
+        own = _own_paths()
+        mount = _v2_mount()
+        bases = (
+            {"": mount / own.get("", "/").lstrip("/") / SUBTREE} if mount is not None
+            else {c: CGROUP_ROOT / c / own.get(c, "/").lstrip("/") / SUBTREE for c in V1_CONTROLLERS}
+        )
+        stale: dict[str, dict[str, Path]] = {}
+        for controller, base in bases.items():
+            try:
+                for entry in os.scandir(base):
+                    if entry.is_dir() and entry.name.startswith(prefix):
+                        stale.setdefault(entry.name, {})[controller] = Path(entry.path)
+            except OSError:
+                continue
+        for dirs in stale.values():
+            cls(2 if mount is not None else 1, dirs).remove()
 
     # -- limits ---------------------------------------------------------------------------------
 

@@ -268,6 +268,7 @@ def acquire_uid_slot(config: SandboxConfig) -> UidSlot:
             os.close(fd)
             continue
         remove_stale_workspaces(config.root, uid)
+        SandboxCgroup.remove_stale(f"sb-{uid}-")
         _next_slot[0] = index + 1
         return UidSlot(uid, fd)
     raise SandboxCrashed(f"no free sandbox uid in {config.uid_base}..{config.uid_base + config.uid_count - 1}")
@@ -473,7 +474,7 @@ class ProcessSandbox:
             if self.workspace.quota_mb is None:
                 weak.append("disk_quota")
                 notes.append("no size-limited workspace: what the sandbox writes is not bounded")
-            self.cgroup, why = SandboxCgroup.create()
+            self.cgroup, why = SandboxCgroup.create(f"sb-{self.uid}-" if is_root else "sb-")
             if self.cgroup is not None:
                 self.cgroup.limit(memory_mb=(config.max_memory_mb or 4096) + MEMORY_HEADROOM_MB,
                                   pids=config.nproc + PIDS_HEADROOM, cpus=config.cpus)
