@@ -34,8 +34,8 @@ from typing import Any, NamedTuple
 
 from . import protocol
 from .cgroups import SandboxCgroup
-from .secrets import version_seed_secret
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
+from .secrets import version_seed_secret
 from .view import (
     BWRAP,
     RUNNER_DIR_IN_VIEW,
@@ -61,8 +61,6 @@ STDERR_TAIL_BYTES = 16 * 1024
 MEMORY_HEADROOM_MB = 64
 # bwrap's own two processes (its monitor and the namespace's init) also count in the cgroup.
 PIDS_HEADROOM = 4
-# Isolation layers a sandbox may lack; spawn refuses a sandbox without one unless weak ones are allowed.
-LAYERS = ("filesystem_view", "pid_namespace", "cgroup", "disk_quota", "uid_switch")
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -200,7 +198,8 @@ class SandboxConfig:
     # The workspace's size: package files, /tmp, /var/tmp and /dev/shm together.
     disk_mb: int = 64
     cpus: float = 1.0  # CPU share of the sandbox's cgroup (1.0 = one core)
-    # Start a sandbox that lacks a layer of LAYERS? None: settings.SANDBOX_ALLOW_WEAK (False unset).
+    # Start a sandbox that lacks an isolation layer (view, PID namespace, cgroup, disk quota, uid
+    # switch)? None: settings.SANDBOX_ALLOW_WEAK (False when unset).
     allow_weak: bool | None = None
 
 
