@@ -79,19 +79,31 @@ def main():
 
     rows = []
 
-    def cold_start(entrypoint, files):
+    def cold_start(entrypoint, files, config=None):
         def start():
-            sandbox = ProcessSandbox()
+            sandbox = ProcessSandbox(config) if config else ProcessSandbox()
             sandbox.start(files, entrypoint=entrypoint)
             return sandbox
 
         return start
 
+    # The peer, measured in the same run: the same start without the view, cgroup and workspace
+    # quota of a full sandbox (what a weak sandbox, allowed by the operator, gets), interleaved so
+    # load on the machine hits both alike.
+    weak = SandboxConfig(view=False, allow_weak=True)
+    full_timings, weak_timings = [], []
+    for _ in range(args.starts):
+        full_timings += time_starts(1, cold_start("env:Trivial", files))
+        weak_timings += time_starts(1, cold_start("env:Trivial", files, weak))
+    rows.append(("cold process, env.py (view + pid ns + cgroup + quota)", full_timings))
+    rows.append(("cold process, env.py, weak peer (uid + netns only)", weak_timings))
+
     for label, entrypoint, env_files, preload in [
         ("env.py", "env:Trivial", files, ("studio_sdk",)),
         ("gymnasium:CartPole-v1", "gymnasium:CartPole-v1", {}, ("studio_sdk", "numpy", "gymnasium")),
     ]:
-        rows.append((f"cold process, {label}", time_starts(args.starts, cold_start(entrypoint, env_files))))
+        if label != "env.py":
+            rows.append((f"cold process, {label}", time_starts(args.starts, cold_start(entrypoint, env_files))))
         with SandboxPool(size=2, config=SandboxConfig(preload=preload)) as pool:
             time.sleep(1.0)  # let the first runners finish warming up
             def pooled(pool=pool, entrypoint=entrypoint, env_files=env_files):
@@ -104,10 +116,11 @@ def main():
             note = f"pool (preload {'+'.join(preload)})"
             rows.append((f"{note}, {label}", timings))
 
-    print(f"start to first observation ({args.starts} starts each, uid switch + netns as root={os.geteuid() == 0})")
+    print(f"start to first observation ({args.starts} starts each, as root={os.geteuid() == 0})")
     print(f"{'':60} {'median ms':>10} {'p95 ms':>10}")
     for label, timings in rows:
         print(f"{label:60} {statistics.median(timings) * 1000:10.1f} {percentile(timings, 0.95) * 1000:10.1f}")
+    print(f"full sandbox / weak peer, median: {statistics.median(full_timings) / statistics.median(weak_timings):.2f}x")
 
     bare = bare_steps_per_second(args.steps * 20)
     through = sandbox_steps_per_second(args.steps)

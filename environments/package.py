@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from studio.inputs import MAX_JSON_DEPTH, InputProblem, json_parse, json_problem, text_problem
 
+from .action_surface import action_space_problems, surface_warnings
+
 MAX_ARCHIVE_BYTES = 20 * 1024 * 1024
 MAX_ARCHIVE_FILES = 2000
 # Directory and junk entries are not files, but a hostile archive can still hold millions of them.
@@ -120,6 +122,7 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
     if raw is not None:
         if _entrypoint_is_well_formed(raw.get("entrypoint")):
             problems += _check_entrypoint(files, raw["entrypoint"])
+            problems += [PackageProblem(*found) for found in action_space_problems(files, raw["entrypoint"])]
         if raw.get("kind") == "browser" and not any(p.startswith("site/") for p in files):
             problems.append(
                 PackageProblem("site/", None, "a browser environment needs a site/ folder with at least one file")
@@ -129,6 +132,14 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
     _, task_problems = _check_tasks(files)
     problems += task_problems
     return problems
+
+
+def package_warnings(files: dict[str, str]) -> list[PackageProblem]:
+    """What a valid package should still fix (shown on its versions): e.g. nothing for a random agent to act with."""
+    raw = _raw_manifest(files)
+    if raw is None or not _entrypoint_is_well_formed(raw.get("entrypoint")):
+        return []
+    return [PackageProblem(*found) for found in surface_warnings(files, raw["entrypoint"])]
 
 
 def ensure_valid_package(files: dict[str, str]) -> None:

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 from runs.review import selectors as review_selectors
 from studio.access import team_view
 
-from . import selectors, services
+from . import package, selectors, services
 from .api import package_response
 from .forms import EnvironmentForm, UploadForm
 
@@ -201,6 +201,7 @@ def version_detail(request, slug, number):
             "others": env.versions.exclude(pk=version.pk).order_by("-number").values_list("number", flat=True),
             "can_author": request.membership.can("author"),
             "tasks": version.tasks[:50], "task_count": len(version.tasks),
+            "warnings": package.package_warnings(version.files),
             "agreement": review_selectors.agreement(version=version, viewer=request.user),
             "runs": version.runs.select_related("agent").order_by("-created_at")[:10],
             "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],

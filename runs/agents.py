@@ -1,25 +1,17 @@
 """The agent side of a rollout, as the engine drives it: a policy answers observations with actions.
 
-Random agents run in the worker (they only draw numbers, from an rng seeded by the rollout seed, so
-a rerun repeats every action); scripted agents run in their own agent sandbox, never in the env's.
+Random and scripted agents both run in an agent sandbox of their own, with the rollout's limits,
+never in the worker and never in the env's sandbox: the random agent is the SDK's
+studio_sdk.random_agent (seeded by the rollout seed, so a rerun repeats every action), told the
+env's action space and tools with each act.
 """
 import hashlib
-import random
-import string
-import sys
 
-from .models import Agent, AgentKind
 from django.conf import settings
 
-from .sandbox import ProcessSandbox, SandboxLimits
+from .models import Agent, AgentKind
+from .sandbox import ProcessSandbox, SandboxLimits, UserCodeError
 from .sandbox.backends import sandbox_for
-from .sandbox.process import SDK_PATH
-
-# The SDK is what sandboxes import; the worker needs only its pure-Python action sampler, so the
-# random agent samples exactly as the SDK documents.
-if str(SDK_PATH) not in sys.path:
-    sys.path.append(str(SDK_PATH))
-from studio_sdk import sample_action  # noqa: E402
 
 SCRIPTED_AGENT_FILE = "agent.py"
 
@@ -56,41 +48,53 @@ class AgentDone(Exception):
         self.end_reason, self.reason = end_reason, reason
 
 
+# The agent module of a random agent's sandbox: the SDK's sampler, nothing of the worker.
+RANDOM_AGENT_CODE = "from studio_sdk.random_agent import act, observe_space, reset  # noqa: F401\n"
+RANDOM_AGENT_FAILURE = "random agent"
+
+
+def agent_sandbox() -> ProcessSandbox:
+    """An agent's sandbox of the configured backend; a process one is spawned at once, so its
+    interpreter starts while the environment's sandbox starts (load comes with the limits)."""
+    sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+    if sandbox.backend == "process":
+        sandbox.spawn()
+    return sandbox
+
+
 class RandomPolicy:
     def __init__(self, agent: Agent, *, seed: int):
         self.agent = agent
-        self.rng = random.Random(f"random-agent:{seed}")
         self.env = None
+        self.sandbox: ProcessSandbox = agent_sandbox()
         self.facts: dict = {}
 
     def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
         self.env = env
+        self.facts = self.sandbox.start({SCRIPTED_AGENT_FILE: RANDOM_AGENT_CODE}, mode="agent", entrypoint="agent", limits=limits)
+        self.sandbox.reset(task, seed)
 
     def act(self, observation, info):
         # The env may publish or change its action space in reset (guess_number does), so read it late.
-        space = self.env.action_space
-        if space and space.get("type") != "unsupported":
-            try:
-                return sample_action(space, self.rng)
-            except (ValueError, KeyError, TypeError) as exc:
-                if not self.env.tools:
-                    raise NoActionSpace(f"random agent cannot sample the action space {space!r}: {exc}") from None
-        if self.env.tools:
-            return sample_tool_call(self.env.tools, self.rng)
-        raise NoActionSpace("random agent: the environment has no action_space and no tools to sample from")
+        space = {"action_space": self.env.action_space, "tools": self.env.tools or None}
+        try:
+            return self.sandbox.act(observation, info, space=space)
+        except UserCodeError as exc:
+            if RANDOM_AGENT_FAILURE in exc.message:
+                raise NoActionSpace(exc.message.removeprefix("ValueError: ").split(" (agent.py")[0]) from None
+            raise
 
     def close(self) -> None:
-        pass
+        self.sandbox.close()
 
 
 class ScriptedPolicy:
     def __init__(self, agent: Agent, *, seed: int):
         self.agent = agent
-        self.sandbox: ProcessSandbox | None = None
+        self.sandbox: ProcessSandbox = agent_sandbox()
         self.facts: dict = {}
 
     def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
-        self.sandbox = sandbox_for(settings.SANDBOX_BACKEND)
         self.facts = self.sandbox.start(
             {SCRIPTED_AGENT_FILE: self.agent.code}, mode="agent", entrypoint="agent", limits=limits
         )
@@ -100,8 +104,7 @@ class ScriptedPolicy:
         return self.sandbox.act(observation, info)
 
     def close(self) -> None:
-        if self.sandbox is not None:
-            self.sandbox.close()
+        self.sandbox.close()
 
 
 def policy_for(agent: Agent, *, seed: int):
@@ -114,29 +117,3 @@ def policy_for(agent: Agent, *, seed: int):
 
         return OpenAIPolicy(agent, seed=seed)
     raise NoActionSpace(f"agents of kind {agent.kind!r} cannot run in this worker yet")
-
-
-def sample_tool_call(tools: list[dict], rng: random.Random) -> dict:
-    """A random call of one of the env's tools, with arguments drawn from its JSON schema."""
-    spec = rng.choice(tools)
-    spec = spec.get("function", spec)  # OpenAI's {"type": "function", "function": {...}} form too
-    schema = spec.get("parameters") or {}
-    arguments = {name: _sample_schema(prop, rng) for name, prop in sorted((schema.get("properties") or {}).items())}
-    return {"tool": spec.get("name"), "arguments": arguments}
-
-
-def _sample_schema(schema: dict, rng: random.Random):
-    if "enum" in schema:
-        return rng.choice(schema["enum"])
-    kind = schema.get("type")
-    if kind == "integer":
-        return rng.randint(int(schema.get("minimum", 0)), int(schema.get("maximum", 100)))
-    if kind == "number":
-        return rng.uniform(float(schema.get("minimum", 0)), float(schema.get("maximum", 100)))
-    if kind == "boolean":
-        return rng.random() < 0.5
-    if kind == "array":
-        return [_sample_schema(schema.get("items") or {}, rng) for _ in range(rng.randint(0, 3))]
-    if kind == "object":
-        return {name: _sample_schema(prop, rng) for name, prop in sorted((schema.get("properties") or {}).items())}
-    return "".join(rng.choice(string.ascii_lowercase + " ") for _ in range(rng.randint(1, 12)))

@@ -259,6 +259,9 @@ SANDBOX_PYTHON = envstr("SANDBOX_PYTHON", "/usr/bin/python3")
 SANDBOX_BACKEND = envstr("SANDBOX_BACKEND", "process")
 if SANDBOX_BACKEND not in ("process", "docker"):
     raise ImproperlyConfigured(f"SANDBOX_BACKEND must be process or docker, got {SANDBOX_BACKEND!r}")
+# Start untrusted code in a sandbox that lacks an isolation layer this host refuses (bubblewrap view,
+# cgroup, disk quota, uid switch)? Off: such a sandbox is refused and the rollout says which layer.
+SANDBOX_ALLOW_WEAK = envbool("SANDBOX_ALLOW_WEAK", False)
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")

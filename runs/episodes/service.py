@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 # Sandbox facts that describe the episode's conditions (not this host's pids and uids).
 PUBLIC_SANDBOX_FACTS = ("backend", "python", "numpy", "gymnasium", "network_isolated", "limits", "pooled", "mode",
-                        "entrypoint", "notes", "shared", "capacity")
+                        "entrypoint", "notes", "shared", "capacity", "isolation")
 
 
 class EpisodeFault(Exception):

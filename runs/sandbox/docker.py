@@ -1,10 +1,12 @@
 """The `docker` sandbox backend: the same runner.py, in a container, driven over `docker run -i`.
 
 The container has no network (`--network none`), a read-only root (the image from docker_image.py:
-Debian's interpreter, its standard library, numpy and Gymnasium; no shell), a small /tmp tmpfs,
-memory, CPU and process-count limits in its cgroup, no capabilities, no-new-privileges, and an init
-(`--init`) that reaps what user code forks. The runner and the SDK are bind-mounted read-only; the
-sandbox's working directory (on the host, as in the process backend) is mounted at /work.
+Debian's interpreter, its standard library, numpy and Gymnasium; no shell), small tmpfs mounts for
+/tmp, /var/tmp and /dev/shm, memory (for the whole container), CPU and process-count limits in its
+cgroup, its own PID and IPC namespaces, no capabilities, no-new-privileges, and an init (`--init`)
+that reaps what user code forks. The runner and the SDK are bind-mounted read-only and nothing else
+of the host; the sandbox's workspace (the process backend's size-limited tmpfs, view.py) is mounted
+at /work.
 
 As root the container runs under the same per-sandbox uid slot as the process backend, so the
 runner's rlimits (RLIMIT_NPROC is per uid) bind each sandbox alone, and teardown can SIGKILL every
@@ -16,15 +18,15 @@ everything above the spawn (calls, timeouts, crash reasons) is ProcessSandbox's.
 import os
 import signal
 import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 
 from . import docker_image
 from .errors import SandboxError
+from .view import Workspace
 from .process import (
     _LIBC,
     DEFAULT_CONFIG,
+    MEMORY_HEADROOM_MB,
     PR_SET_PDEATHSIG,
     RUNNER_PATH,
     SDK_PATH,
@@ -39,8 +41,7 @@ PROTOCOL_PATH = RUNNER_PATH.with_name("protocol.py")
 DOCKER = os.environ.get("STUDIO_DOCKER", "docker")
 CONTAINER_PREFIX = "studio-sb-"
 NOBODY = 65534
-TMPFS_MB = 16
-MEMORY_HEADROOM_MB = 64  # the cgroup limit sits above the runner's RLIMIT_AS, which fails first and readably
+TMPFS_MB = 16  # each of /tmp, /var/tmp and /dev/shm
 LABEL = "studio.sandbox=1"
 
 _image_cache: dict[tuple, str] = {}
@@ -86,7 +87,7 @@ class DockerSandbox(ProcessSandbox):
         root.mkdir(mode=0o711, exist_ok=True)
         self._check_root(root)
         is_root = os.geteuid() == 0
-        notes = []
+        notes, weak = [], []
         try:
             image = self.image or sandbox_image(self.docker)
             self.image = image
@@ -97,13 +98,17 @@ class DockerSandbox(ProcessSandbox):
             else:
                 # The container still runs as nobody; the host-side workdir is opened up for it.
                 self.uid = gid = NOBODY
+                weak.append("uid_switch")
                 notes.append("host is not root: the container runs as nobody and the workdir is world-writable")
-            self.workdir = Path(tempfile.mkdtemp(prefix="sb-", dir=root))
-            if is_root:
-                os.chown(self.workdir, self.uid, gid)
-                os.chmod(self.workdir, 0o700)
-            else:
+            self.workspace = Workspace.create(root, uid=self.uid if is_root else None, quota_mb=config.disk_mb)
+            self.workdir = self.workspace.work
+            if self.workspace.quota_mb is None:
+                weak.append("disk_quota")
+                notes.append("no size-limited workspace: what the sandbox writes to /work is not bounded")
+            if not is_root:
+                os.chmod(self.workspace.path, 0o777)
                 os.chmod(self.workdir, 0o777)
+            self._refuse_if_weak(weak)
             self.container = CONTAINER_PREFIX + uuid.uuid4().hex[:16]
             argv = self._docker_argv(image, gid)
             self._proc = subprocess.Popen(
@@ -129,6 +134,13 @@ class DockerSandbox(ProcessSandbox):
             "image": image,
             "container": self.container,
             "notes": notes,
+            "isolation": {
+                "filesystem_view": True,
+                "pid_namespace": True,
+                "cgroup": "docker",
+                "disk_quota_mb": self.workspace.quota_mb,
+                "weak_layers": weak,
+            },
         }
         return self
 
@@ -160,6 +172,9 @@ class DockerSandbox(ProcessSandbox):
             "--network", "none",
             "--read-only",
             "--tmpfs", f"/tmp:rw,nosuid,nodev,noexec,size={TMPFS_MB}m,mode=1777",
+            "--tmpfs", f"/var/tmp:rw,nosuid,nodev,noexec,size={TMPFS_MB}m,mode=1777",
+            "--shm-size", f"{TMPFS_MB}m",
+            "--ipc", "private",
             "--memory", f"{memory_mb}m",
             "--memory-swap", f"{memory_mb}m",
             "--cpus", "1",

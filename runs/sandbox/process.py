@@ -1,10 +1,15 @@
 """The `process` sandbox backend: the client the worker uses to drive one runner.py process.
 
-One sandbox = one process under its own uid (as root: a slot from UID_BASE up, so sandboxes cannot
-read each other's 0700 working directories or signal each other), its own session and process
-group, its own empty network namespace, lowered rlimits, an emptied environment and a fresh working
-directory holding only the package's files. Each call has a wall-clock timeout; on timeout, crash or
-close the whole group and everything left under the sandbox uid is SIGKILLed and reaped.
+One sandbox = one process tree under its own uid (as root: a slot from UID_BASE up, so sandboxes
+cannot read each other's files or signal each other), inside bubblewrap (view.py): its own root file
+system view, PID, IPC, UTS and empty network namespaces, a private size-limited workspace (/sandbox,
+/tmp, /var/tmp, /dev/shm), its own cgroup bounding memory, processes and CPU for the whole tree
+(cgroups.py), lowered rlimits and an emptied environment. Each call has a wall-clock timeout; on
+timeout, crash or close everything of the sandbox is SIGKILLed and reaped, its workspace unmounted.
+
+Where the host refuses a layer (no bubblewrap, no cgroup, not root), the sandbox's facts name it
+under "weak_layers", and spawn refuses to start unless the operator allows weak sandboxes
+(SandboxConfig.allow_weak, settings.SANDBOX_ALLOW_WEAK).
 """
 
 import ctypes
@@ -28,7 +33,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import protocol
+from .cgroups import SandboxCgroup
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
+from .secrets import version_seed_secret
+from .view import (
+    BWRAP,
+    RUNNER_DIR_IN_VIEW,
+    WORKDIR_IN_VIEW,
+    Workspace,
+    bwrap_argv,
+    bwrap_available,
+    remove_stale_workspaces,
+    view_python_path,
+)
 
 RUNNER_PATH = Path(__file__).with_name("runner.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +56,11 @@ SANDBOX_ROOT = Path(tempfile.gettempdir()) / "studio-sandboxes"
 UID_BASE = 60000
 UID_COUNT = 2000
 STDERR_TAIL_BYTES = 16 * 1024
+# The cgroup's memory bound sits this far above memory_mb, so one process's RLIMIT_AS fails first
+# (a readable MemoryError); many processes together are stopped by the cgroup.
+MEMORY_HEADROOM_MB = 64
+# bwrap's own two processes (its monitor and the namespace's init) also count in the cgroup.
+PIDS_HEADROOM = 4
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -46,9 +68,9 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 16384, 1 << 18
 
-# Unix sockets and files are not cut off by a network namespace: as root the sandbox gets its own
-# mount namespace with an empty read-only tmpfs over each of these (service sockets under /run, the
-# databases' files, the studio's media files with every team's screenshots).
+# Without bubblewrap (a weak sandbox, allowed by the operator only): as root the sandbox still gets its
+# own mount namespace with an empty read-only tmpfs over each of these (service sockets under /run,
+# the databases' files, the studio's media files with every team's screenshots).
 HIDDEN_PATHS = [
     "/run", "/var/run", "/var/lib/postgresql", "/etc/postgresql", "/var/lib/redis", "/etc/redis",
     "/var/lib/mysql", "/etc/mysql", "/var/lib/docker", "/home",
@@ -77,6 +99,16 @@ IFF_UP = 0x1
 
 _libc_name = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
+
+
+def allow_weak_setting() -> bool:
+    """settings.SANDBOX_ALLOW_WEAK where Django is configured; False otherwise."""
+    try:
+        from django.conf import settings  # noqa: PLC0415 - the sandbox package works without Django
+
+        return bool(getattr(settings, "SANDBOX_ALLOW_WEAK", False)) if settings.configured else False
+    except ImportError:
+        return False
 
 
 def default_python_path():
@@ -158,8 +190,17 @@ class SandboxConfig:
     # ("numpy", "gymnasium") for Gymnasium environments (~250 ms of imports moved off the rollout).
     preload: tuple[str, ...] = ("studio_sdk",)
     # Bring the loopback interface of the sandbox's network namespace up (a fresh one has it down):
-    # a browser sandbox serves its site on 127.0.0.1 inside the namespace.
+    # a browser sandbox serves its site on 127.0.0.1 inside the namespace. (bwrap always does.)
     loopback: bool = False
+    # The file system view and namespaces of view.py (bubblewrap); False: the older, weaker set-up.
+    view: bool = True
+    bwrap: str = BWRAP
+    # The workspace's size: package files, /tmp, /var/tmp and /dev/shm together.
+    disk_mb: int = 64
+    cpus: float = 1.0  # CPU share of the sandbox's cgroup (1.0 = one core)
+    # Start a sandbox that lacks an isolation layer (view, PID namespace, cgroup, disk quota, uid
+    # switch)? None: settings.SANDBOX_ALLOW_WEAK (False when unset).
+    allow_weak: bool | None = None
 
 
 DEFAULT_CONFIG = SandboxConfig()
@@ -172,6 +213,8 @@ BROWSER_CONFIG = SandboxConfig(
     nproc=BROWSER_NPROC,
     nofile=BROWSER_NOFILE,
     fsize_mb=64,
+    disk_mb=512,  # Chromium's profile and /dev/shm
+    cpus=2.0,
     loopback=True,
     preload=("studio_sdk", "studio_sdk.browser"),
 )
@@ -223,6 +266,8 @@ def acquire_uid_slot(config: SandboxConfig) -> UidSlot:
         if kill_uid_processes(uid) > 0:
             os.close(fd)
             continue
+        remove_stale_workspaces(config.root, uid)
+        SandboxCgroup.remove_stale(f"sb-{uid}-")
         _next_slot[0] = index + 1
         return UidSlot(uid, fd)
     raise SandboxCrashed(f"no free sandbox uid in {config.uid_base}..{config.uid_base + config.uid_count - 1}")
@@ -301,10 +346,11 @@ def _hide_filesystem(targets: list[str]) -> None:
         _mount_call(b"tmpfs", target.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k,mode=0555")
 
 
-def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False, hidden=()):
-    """Runs in the child between fork and exec: namespaces, rlimits, then drop to the sandbox uid."""
+def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False, hidden=(), cgroup_fds=()):
+    """Runs in the child between fork and exec: cgroup, namespaces, rlimits, then drop to the sandbox uid."""
 
     def setup():
+        SandboxCgroup.join(cgroup_fds)
         if hidden and _LIBC is not None:
             _hide_filesystem(hidden)
         if isolate_network and _LIBC is not None:
@@ -326,6 +372,23 @@ def _child_setup(*, uid, gid, rlimits, isolate_network, loopback=False, hidden=(
             _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return setup
+
+
+def _first_child(pid: int | None, wait_s: float = 0.0) -> int | None:
+    """The oldest child of a single-threaded process (None when it has none within `wait_s`)."""
+    deadline = time.monotonic() + wait_s
+    while pid is not None:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                children = handle.read().split()
+        except OSError:
+            return None
+        if children:
+            return min(int(child) for child in children)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.001)
+    return None
 
 
 def _validated_relative(name: str) -> Path:
@@ -364,7 +427,10 @@ class ProcessSandbox:
         self.uid: int | None = None
         self.uid_switched = False
         self.workdir: Path | None = None
+        self.workspace: Workspace | None = None
+        self.cgroup: SandboxCgroup | None = None
         self.pooled = False
+        self._runner_pid: int | None = None
         self._proc: subprocess.Popen | None = None
         self._slot: UidSlot | None = None
         self._buffer = bytearray()
@@ -383,7 +449,7 @@ class ProcessSandbox:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def spawn(self) -> "ProcessSandbox":
-        """Start the runner process (interpreter up, waiting for `load`), in a fresh empty workdir."""
+        """Start the runner process (interpreter up, waiting for `load`), in a fresh empty workspace."""
         if self._proc is not None:
             raise SandboxError("sandbox already started")
         config = self.config
@@ -391,7 +457,8 @@ class ProcessSandbox:
         root.mkdir(mode=0o711, exist_ok=True)
         self._check_root(root)
         is_root = os.geteuid() == 0
-        notes = []
+        notes, weak = [], []
+        cgroup_fds: list[int] = []
         try:
             if is_root:
                 self._slot = acquire_uid_slot(config)
@@ -399,23 +466,35 @@ class ProcessSandbox:
                 self.uid_switched = True
             else:
                 self.uid, gid = os.getuid(), None
+                weak.append("uid_switch")
                 notes.append("host is not root: sandbox runs as the worker's own uid (no uid switch)")
-            self.workdir = Path(tempfile.mkdtemp(prefix="sb-", dir=root))
-            if is_root:
-                os.chown(self.workdir, self.uid, gid)
-            os.chmod(self.workdir, 0o700)
+            self.workspace = Workspace.create(root, uid=self.uid if is_root else None, quota_mb=config.disk_mb)
+            self.workdir = self.workspace.work
+            if self.workspace.quota_mb is None:
+                weak.append("disk_quota")
+                notes.append("no size-limited workspace: what the sandbox writes is not bounded")
+            self.cgroup, why = SandboxCgroup.create(f"sb-{self.uid}-" if is_root else "sb-")
+            if self.cgroup is not None:
+                self.cgroup.limit(memory_mb=(config.max_memory_mb or 4096) + MEMORY_HEADROOM_MB,
+                                  pids=config.nproc + PIDS_HEADROOM, cpus=config.cpus)
+                cgroup_fds = self.cgroup.join_fds()
+            else:
+                weak.append("cgroup")
+                notes.append(f"{why}: memory, processes and CPU are bound per process only")
+            use_view = config.view and bwrap_available(config.bwrap)
+            if not use_view:
+                weak += ["filesystem_view", "pid_namespace"]
+                notes.append("no bubblewrap view: the sandbox sees the host's world-readable files and processes")
+            self._refuse_if_weak(weak)
 
             python_path = list(config.python_path) if config.python_path is not None else default_python_path()
-            needed = [os.path.realpath(p) for p in [*python_path, str(self.workdir), config.python, str(Path(__file__).parent)]]
-            hidden = [
-                t for t in _hidden_targets() if not any(n == t or n.startswith(t + os.sep) for n in needed)
-            ] if is_root else []
+            workdir = WORKDIR_IN_VIEW if use_view else str(self.workdir)
             env = {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
-                "HOME": str(self.workdir),
-                "TMPDIR": str(self.workdir),
-                "PYTHONPATH": os.pathsep.join(python_path),
+                "HOME": workdir,
+                "TMPDIR": "/tmp" if use_view else workdir,
+                "PYTHONPATH": os.pathsep.join(view_python_path(python_path) if use_view else python_path),
                 "PYTHONHASHSEED": "0",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 # One BLAS thread: predictable CPU use, and a far smaller address space under RLIMIT_AS.
@@ -423,9 +502,20 @@ class ProcessSandbox:
                 "OMP_NUM_THREADS": "1",
                 "MKL_NUM_THREADS": "1",
             }
-            argv = [config.python, "-S", "-B", str(RUNNER_PATH)]  # -S: skip site (.pth start-up hooks, ~40 ms)
+            runner = f"{RUNNER_DIR_IN_VIEW}/{RUNNER_PATH.name}" if use_view else str(RUNNER_PATH)
+            argv = [config.python, "-S", "-B", runner]  # -S: skip site (.pth start-up hooks, ~40 ms)
             if config.preload:
                 argv.append("--preload=" + ",".join(config.preload))
+            hidden = []
+            if use_view:
+                argv = bwrap_argv(
+                    python=config.python, python_path=python_path, runner_dir=str(RUNNER_PATH.parent),
+                    workspace=self.workspace, isolate_network=config.isolate_network,
+                    browser=config.max_memory_mb == 0 or config.loopback, bwrap=config.bwrap,
+                ) + argv
+            elif is_root:
+                needed = [os.path.realpath(p) for p in [*python_path, str(self.workdir), config.python, str(RUNNER_PATH.parent)]]
+                hidden = [t for t in _hidden_targets() if not any(n == t or n.startswith(t + os.sep) for n in needed)]
             mb = 1024 * 1024
             rlimits = [
                 (resource.RLIMIT_CPU, config.max_cpu_s),
@@ -449,22 +539,47 @@ class ProcessSandbox:
                     uid=self.uid if is_root else None,
                     gid=gid,
                     rlimits=rlimits,
-                    isolate_network=config.isolate_network,
+                    isolate_network=config.isolate_network and not use_view,
                     loopback=config.loopback,
                     hidden=hidden,
+                    cgroup_fds=cgroup_fds,
                 ),
             )
         except BaseException:
             self._release()
             raise
+        finally:
+            for fd in cgroup_fds:
+                os.close(fd)
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(stream.fileno(), False)
         self._stderr_open = True
         self.facts = {
             "backend": self.backend, "uid": self.uid, "uid_switched": self.uid_switched, "notes": notes,
-            "filesystem_hidden": hidden,
+            "isolation": {
+                "filesystem_view": use_view,
+                "pid_namespace": use_view,
+                "cgroup": f"v{self.cgroup.version}" if self.cgroup is not None else None,
+                "disk_quota_mb": self.workspace.quota_mb,
+                "weak_layers": weak,
+            },
         }
+        if hidden:
+            self.facts["filesystem_hidden"] = hidden
         return self
+
+    def _refuse_if_weak(self, weak: list[str]) -> None:
+        if not weak:
+            return
+        allowed = self.config.allow_weak
+        if allowed is None:
+            allowed = allow_weak_setting()
+        if not allowed:
+            raise SandboxError(
+                "refusing to run untrusted code in a weak sandbox: this host does not provide "
+                + ", ".join(layer.replace("_", " ") for layer in weak)
+                + " (an operator may allow it with SANDBOX_ALLOW_WEAK=true)"
+            )
 
     def start(
         self,
@@ -486,12 +601,21 @@ class ProcessSandbox:
         self.limits, self.mode, self.entrypoint = limits, mode, entrypoint
         self.label = _entry_label(mode, entrypoint)
         try:
+            if self.cgroup is not None:
+                # The whole tree's bound: memory_mb (plus headroom), nproc processes, over all of them.
+                self.cgroup.limit(memory_mb=limits.memory_mb + MEMORY_HEADROOM_MB, pids=limits.nproc + PIDS_HEADROOM)
             self._write_files(files)
         except BaseException:
             self.close()
             raise
         try:
-            result = self._call("load", limits.load_timeout_s, mode=mode, entrypoint=entrypoint, limits=limits.for_runner())
+            extra = {}
+            if mode == "env":
+                # Only an environment's own sandbox learns its version's seed secret (secrets.py).
+                secret = version_seed_secret(files)
+                if secret:
+                    extra["seed_secret"] = secret
+            result = self._call("load", limits.load_timeout_s, mode=mode, entrypoint=entrypoint, limits=limits.for_runner(), **extra)
         except UserCodeError:
             self.close()  # a sandbox whose code did not load is of no further use
             raise
@@ -550,7 +674,15 @@ class ProcessSandbox:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        """The runner's host pid (inside bubblewrap: bwrap -> the namespace's init -> the runner)."""
+        if self._proc is None:
+            return None
+        if self._runner_pid is None:
+            if not self.facts.get("isolation", {}).get("filesystem_view"):
+                self._runner_pid = self._proc.pid
+            else:
+                self._runner_pid = _first_child(_first_child(self._proc.pid, wait_s=2.0), wait_s=2.0)
+        return self._runner_pid or self._proc.pid
 
     def stderr_tail(self) -> str:
         """The last few KB the sandbox wrote to stderr (user prints included), for logs."""
@@ -584,9 +716,11 @@ class ProcessSandbox:
         result = self._call("verify", timeout if timeout is not None else self.limits.step_timeout_s)
         return result["reward"], result["reason"]
 
-    def act(self, observation: Any, info: dict | None = None) -> Any:
+    def act(self, observation: Any, info: dict | None = None, *, space: dict | None = None) -> Any:
+        """The agent's action; `space` ({"action_space", "tools"}) goes to an agent with observe_space()."""
         self._require("agent", "act")
-        return self._call("act", self.limits.step_timeout_s, observation=observation, info=info or {})
+        extra = {"space": space} if space is not None else {}
+        return self._call("act", self.limits.step_timeout_s, observation=observation, info=info or {}, **extra)
 
     def _require(self, mode: str, op: str) -> None:
         if self.mode != mode:
@@ -725,6 +859,8 @@ class ProcessSandbox:
 
     def _describe_exit(self, returncode: int | None, killed_by_us: bool) -> str:
         limits = self.limits
+        if returncode is not None and 128 < returncode < 128 + 65 and self.facts.get("isolation", {}).get("filesystem_view"):
+            returncode = -(returncode - 128)  # bwrap reports a signal death of its child as 128 + signal
         if returncode is None:
             reason = "sandbox closed its protocol pipe"
         elif returncode < 0:
@@ -734,6 +870,9 @@ class ProcessSandbox:
                 name = f"signal {-returncode}"
             if name == "SIGKILL" and not killed_by_us:
                 reason = f"sandbox process was killed (SIGKILL), most likely out of memory (memory_mb={limits.memory_mb})"
+                if self.cgroup is not None and self.cgroup.oom_kills():
+                    reason = (f"sandbox was killed: its processes together went over memory_mb={limits.memory_mb}"
+                              " (the kernel's out-of-memory killer)")
             elif name == "SIGXCPU":
                 reason = f"sandbox used up its CPU time (cpu_s={limits.effective_cpu_s}) and was killed (SIGXCPU)"
             elif name == "SIGXFSZ":
@@ -778,6 +917,8 @@ class ProcessSandbox:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill()
         try:
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
@@ -792,9 +933,15 @@ class ProcessSandbox:
         self._stderr_open = False
 
     def _release(self) -> None:
-        if self.workdir is not None:
+        if self.workspace is not None:
+            self.workspace.remove()
+            self.workspace = None
+        elif self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        self.workdir = None
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         if self._slot is not None:
             self._slot.release()
             self._slot = None

@@ -4,11 +4,13 @@ Both sides import this one module: the runner loads it stand-alone (Debian's /us
 Django, no third-party packages), the host as `runs.sandbox.protocol`. Keep it standard-library only.
 
 Requests (worker -> runner), one JSON object a line:
-    {"op": "load", "mode": "env"|"agent", "entrypoint": "env:MyEnv", "limits": {...}}
+    {"op": "load", "mode": "env"|"agent", "entrypoint": "env:MyEnv", "limits": {...},
+     "seed_secret": "..."}                              env mode only: the version's seed secret
     {"op": "reset", "task": {...}, "seed": 0}
     {"op": "step", "action": ...}                       env mode
     {"op": "verify"}                                    env mode
-    {"op": "act", "observation": ..., "info": {...}}    agent mode
+    {"op": "act", "observation": ..., "info": {...}}    agent mode; "space": {"action_space", "tools"}
+                                                        for an agent module with observe_space()
     {"op": "end", "episode": "e1"}                      env mode: close and drop that episode's instance
     {"op": "close"}
 Responses (runner -> worker):

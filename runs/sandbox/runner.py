@@ -26,6 +26,9 @@ import traceback  # noqa: E402
 
 import protocol  # noqa: E402  (beside this file; the runner's directory is sys.path[0])
 
+# bubblewrap's --chdir sets PWD; the sandbox's environment is exactly what the host passed.
+os.environ.pop("PWD", None)
+
 # The runner's own directory must not shadow or expose anything to user code.
 del sys.path[0]
 
@@ -170,6 +173,13 @@ class Runner:
         sys.path.insert(0, self.workdir)
         self.limits = apply_limits(message.get("limits") or {})
         self.jsonable = _load_jsonable()
+        if mode == "env" and message.get("seed_secret"):
+            try:
+                from studio_sdk import set_seed_secret
+            except ImportError:
+                pass  # an environment without the SDK has no seed_rng to mix it into
+            else:
+                set_seed_secret(message["seed_secret"])
         if mode == "env":
             self.make_environment = self._load_environment(entrypoint)
             self.target = self.make_environment()
@@ -309,6 +319,9 @@ class Runner:
 
     def op_act(self, message):
         self._require("agent", "act")
+        observe_space = getattr(self.target, "observe_space", None)
+        if isinstance(message.get("space"), dict) and callable(observe_space):
+            observe_space(message["space"])  # the built-in random agent samples the env's current space
         action = self.target.act(message.get("observation"), message.get("info") or {})
         return self.json(action, "act() action")
 

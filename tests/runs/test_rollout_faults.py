@@ -156,11 +156,10 @@ def test_scripted_agent_runs_in_its_own_sandbox_and_cannot_read_env_files(team, 
     """)
     rollout = play_one(team, owner, version, agent)
     action = rollout.steps.get().action
-    assert action["mine"] == ["agent.py"] and action["same_dir"] is False
-    if IS_ROOT:
-        assert action["env_dir"] == "PermissionError"
-    else:
-        assert "env.py" not in action["mine"]
+    # Each sandbox sees its own workspace at /sandbox: the env's path names the agent's own files.
+    assert action["mine"] == ["agent.py"]
+    assert action["env_dir"] in (["agent.py"], "PermissionError", "FileNotFoundError")
+    assert "env.py" not in repr(action)
 
 
 def test_agent_raising_errors_with_its_own_file_and_line(team, owner, then_a_normal_rollout_succeeds):

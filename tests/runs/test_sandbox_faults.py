@@ -3,6 +3,7 @@
 import os
 import socket
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -357,11 +358,9 @@ def test_agent_cannot_read_the_environment_files(start_sandbox, counter_env):
     assert agent.uid != env.uid
     agent.reset({"id": "t"}, seed=0)
     seen = agent.act({"workdir": str(env.workdir), "pid": env.pid})
-    assert seen["read_env"] == "PermissionError"
-    assert seen["list_env"] == "PermissionError"
-    assert seen["list_root"] == "PermissionError"
-    assert seen["env_cwd"] == "PermissionError"
-    assert seen["env_environ"] == "PermissionError"
+    # Refused: outside the agent's view the env's workspace and process do not even exist.
+    for attempt in ("read_env", "list_env", "list_root", "env_cwd", "env_environ"):
+        assert seen[attempt] in ("PermissionError", "FileNotFoundError"), (attempt, seen[attempt])
     assert seen["tmp"] == "[]"
     assert seen["own"] == ["agent.py"]
     assert "SECRET_ANSWER" not in repr(seen)
@@ -383,3 +382,44 @@ def test_observation_over_256_kb_becomes_a_truncation_note(start_sandbox, env_so
     step = sandbox.step(0)
     assert step.observation == list(range(100))
     assert step.info["truncated"] is True and "info was" in step.info["note"]
+
+
+@needs_root
+def test_a_killed_workers_workspace_and_cgroup_are_removed_when_its_uid_is_taken_again(counter_env, tmp_path):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from runs.sandbox import SandboxConfig
+    from runs.sandbox.process import acquire_uid_slot
+
+    script = textwrap.dedent(
+        f"""
+        import json, os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from runs.sandbox import ProcessSandbox
+        sandbox = ProcessSandbox()
+        sandbox.start({{"env.py": {counter_env!r}}}, entrypoint="env:Counter")
+        print(json.dumps({{"uid": sandbox.uid, "workspace": str(sandbox.workspace.path),
+                           "cgroups": [str(path) for path in sandbox.cgroup.dirs.values()]}}), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies without closing anything
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    left = json.loads(result.stdout)
+    assert os.path.ismount(left["workspace"]) and all(os.path.isdir(path) for path in left["cgroups"])
+    deadline = time.monotonic() + 10
+    while True:  # the dead sandbox's zombies are reaped by init first (~2 s here)
+        try:
+            slot = acquire_uid_slot(SandboxConfig(uid_base=left["uid"], uid_count=1))
+            break
+        except SandboxCrashed:
+            assert time.monotonic() < deadline, "the uid slot never came free"
+            time.sleep(0.2)
+    try:
+        assert slot.uid == left["uid"]
+        assert not os.path.exists(left["workspace"])
+        assert not any(os.path.exists(path) for path in left["cgroups"])
+    finally:
+        slot.release()

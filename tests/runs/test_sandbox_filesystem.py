@@ -55,4 +55,4 @@ def test_sandbox_cannot_reach_the_database_socket_or_media_files(start_sandbox, 
         os.unlink(secret)
     for name, outcome in seen.items():
         assert outcome.startswith("refused") or outcome == "ok: []", (name, outcome)
-    assert sandbox.facts.get("filesystem_hidden"), sandbox.facts
+    assert sandbox.facts["isolation"]["filesystem_view"], sandbox.facts

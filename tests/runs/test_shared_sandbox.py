@@ -24,6 +24,7 @@ ENV = COUNTER_ENV + textwrap.dedent(
     import os, time
 
     LIVE = set()
+    PROCESS = os.urandom(8).hex()  # os.getpid() is 2 in every sandbox's own PID namespace
 
     class Shared(Counter):
         def __init__(self):
@@ -33,7 +34,7 @@ ENV = COUNTER_ENV + textwrap.dedent(
             if task.get("fail"):
                 raise RuntimeError("bad task")
             observation = super().reset(task, seed)
-            return {**observation, "live": len(LIVE), "pid": os.getpid()}
+            return {**observation, "live": len(LIVE), "process": PROCESS}
 
         def step(self, action):
             if action == "boom":
@@ -85,7 +86,7 @@ def test_two_leases_in_one_process_keep_separate_state(registry):
     assert first.group is second.group and first.episode != second.episode
     a = first.reset({"id": "t", "goal": 2}, seed=0)
     b = second.reset({"id": "t", "goal": 5}, seed=0)
-    assert a["pid"] == b["pid"] == first.pid
+    assert a["process"] == b["process"] and first.pid == second.pid
     assert (a["goal"], b["goal"]) == (2, 5)
     assert first.step(1).observation == {"n": 1}
     assert second.step(3).observation == {"n": 3}
@@ -203,7 +204,8 @@ def test_killed_process_ends_every_lease_with_the_reason(registry):
     third = registry.lease()
     assert third.group is not fourth.group
     assert third.group is not first.group
-    assert third.reset({"id": "t", "goal": 1}, seed=0)["pid"] != first.pid
+    third.reset({"id": "t", "goal": 1}, seed=0)
+    assert third.pid != first.pid
     assert third.step(1).terminated is True
 
 
@@ -265,7 +267,7 @@ def test_episode_deadline_is_per_lease_and_spares_the_process(registry):
 def test_full_process_refuses_a_lease_and_the_registry_starts_another(registry):
     leases = [registry.lease(capacity=2) for _ in range(3)]
     assert leases[0].group is leases[1].group and leases[2].group is not leases[0].group
-    assert len({lease.reset({"id": "t"}, seed=0)["pid"] for lease in leases}) == 2
+    assert len({lease.reset({"id": "t"}, seed=0)["process"] for lease in leases}) == 2
     with pytest.raises(SharedSandboxFull, match="all 2 episode slots are in use"):
         leases[0].group.lease()
     # A freed slot is reused before any new process.
@@ -293,10 +295,12 @@ def test_idle_process_is_kept_for_a_while_then_stopped():
     registry = SharedSandboxes(idle_s=0.5)
     try:
         lease = registry.lease(key=KEY, files=FILES, entrypoint="env:Shared", limits=LIMITS, capacity=2)
-        pid = lease.reset({"id": "t"}, seed=0)["pid"]
+        lease.reset({"id": "t"}, seed=0)
+        pid = lease.pid
         lease.close()
         again = registry.lease(key=KEY, files=FILES, entrypoint="env:Shared", limits=LIMITS, capacity=2)
-        assert again.reset({"id": "t"}, seed=0)["pid"] == pid
+        again.reset({"id": "t"}, seed=0)
+        assert again.pid == pid
         again.close()
         time.sleep(1.0)
         assert process_gone(pid) and registry.groups() == []

@@ -37,16 +37,31 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
+import hmac
 import math
 import random
 import re
 import sys
 from typing import Any, NamedTuple
 
+# The version's seed secret: set by the runner in an environment's own sandbox only (never in an agent's),
+# so an agent cannot recompute an episode's hidden draws from the seed and the task it is shown.
+_seed_secret: bytes | None = None
+
+
+def set_seed_secret(secret: str | None) -> None:
+    """Called by the sandbox runner before the environment loads; not for environment code."""
+    global _seed_secret
+    _seed_secret = secret.encode("utf-8") if secret else None
+
+
 __all__ = [
     "Environment",
     "GymnasiumEnvironment",
+    "ACTION_SPACE_LIMITS",
     "StepResult",
+    "action_space_problem",
     "jsonable",
     "sample_action",
     "tool",
@@ -89,8 +104,14 @@ class Environment:
         self._rng = value
 
     def seed_rng(self, seed: int, *salt: Any) -> random.Random:
-        """Reseed `self.rng` from the seed (and optional salt such as the task id); returns it."""
+        """Reseed `self.rng` from the seed (and optional salt such as the task id); returns it.
+
+        In the studio the seed is mixed (HMAC-SHA256) with the version's secret, which only this
+        environment's sandbox holds: the same version, task and seed give the same draws, and an
+        agent that knows the seed and the task still cannot recompute them."""
         material = ":".join(str(part) for part in (seed, *salt)) if salt else seed
+        if _seed_secret is not None:
+            material = hmac.new(_seed_secret, f"seed_rng:{material}".encode("utf-8"), hashlib.sha256).hexdigest()
         self.rng = random.Random(material)
         return self.rng
 
@@ -157,10 +178,57 @@ def _jsonable_key(key: Any) -> str:
     raise TypeError(f"cannot use a {type(key).__name__} as a JSON object key")
 
 
+# How large an action space may be: one sampled action stays small and quick to draw. The studio
+# checks literal spaces at commit (environments/package.py) and sample_action checks every space.
+ACTION_SPACE_LIMITS = {"text_max_length": 10_000, "values": 10_000, "elements": 100_000}
+
+
+def action_space_problem(space: Any) -> str | None:
+    """Why this action space cannot be sampled within ACTION_SPACE_LIMITS (None when it can)."""
+    if not isinstance(space, dict):
+        return f"action_space must be a JSON object, not {type(space).__name__}"
+    kind = space.get("type")
+    limits = ACTION_SPACE_LIMITS
+
+    def count(value) -> int | None:
+        shape = _as_shape(value)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            return None
+        return math.prod(shape)
+
+    if kind == "discrete":
+        n = space.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return f"a discrete action space needs a positive integer n, not {n!r}"
+    elif kind == "choice":
+        values = space.get("values")
+        if not isinstance(values, list) or not 1 <= len(values) <= limits["values"]:
+            return f"a choice action space needs a list of 1 to {limits['values']} values"
+    elif kind == "text":
+        length = space.get("max_length", 16)
+        if not isinstance(length, int) or isinstance(length, bool) or not 1 <= length <= limits["text_max_length"]:
+            return f"a text action space's max_length must be an integer from 1 to {limits['text_max_length']}, not {length!r}"
+        alphabet = space.get("alphabet", "x")
+        if not isinstance(alphabet, str) or not 1 <= len(alphabet) <= limits["values"]:
+            return f"a text action space's alphabet must be a string of 1 to {limits['values']} characters"
+    elif kind in ("box", "multi_binary"):
+        size = count(space.get("shape") if kind == "box" else space.get("n"))
+        if size is None or size > limits["elements"]:
+            return f"a {kind} action space needs a shape of at most {limits['elements']} elements"
+    elif kind == "multi_discrete":
+        nvec = space.get("nvec")
+        if not isinstance(nvec, list) or not 1 <= len(nvec) <= limits["elements"]:
+            return f"a multi_discrete action space needs an nvec of 1 to {limits['elements']} sizes"
+    return None
+
+
 def sample_action(space: dict | None, rng: random.Random) -> Any:
     """A random action from a JSON action space description, reproducible for a seeded rng."""
     if not space:
         raise ValueError("this environment has no action_space to sample from")
+    problem = action_space_problem(space)
+    if problem:
+        raise ValueError(problem)
     kind = space.get("type")
     if kind == "discrete":
         return space.get("start", 0) + rng.randrange(space["n"])
