@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import IntegrityError, reset_queries, transaction
 from django.utils import timezone
 
+from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
 
 from . import events
@@ -182,6 +183,7 @@ def run_create(
         raise InvalidRun("That agent belongs to another team.", field="agent")
     if agent.kind not in RUNNABLE_AGENT_KINDS:
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
+    ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
     tasks = _selected_tasks(version, task_ids, difficulties)
     seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
