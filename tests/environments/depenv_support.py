@@ -3,9 +3,18 @@ DEPENV_ROOT of the test session's own, shared by the tests that build the same s
 
 import base64
 import hashlib
+import json
+import os
+import subprocess
+import tempfile
 import textwrap
 import zipfile
 from pathlib import Path
+
+import pytest
+
+from environments import services as env_services
+from environments.dependencies import services as dependency_services
 
 PLUGIN_MODULE = textwrap.dedent('''
     """A Gymnasium plugin: importing it registers StudioCounter-v0."""
@@ -85,3 +94,68 @@ def package_files(*, entrypoint: str, dependencies=None, requirements_txt=None, 
     if requirements_txt is not None:
         files["requirements.txt"] = requirements_txt
     return files
+
+
+@pytest.fixture(scope="session")
+def depenv_root():
+    """A cache kept between test runs, as uv keeps its own: sets are content-addressed, so a set built by
+    an earlier run is the same set (its first build here takes ~10-40 s, a later run's is a cache hit).
+    Under /tmp, traversable by sandbox uids (pytest's own tmp folders are 0700)."""
+    root = Path(tempfile.gettempdir()) / "studio-test-depenvs"
+    root.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(root, 0o755)
+    return root
+
+
+@pytest.fixture(scope="session")
+def plugin_wheels(tmp_path_factory):
+    return make_plugin_wheels(tmp_path_factory.mktemp("wheels"))
+
+
+@pytest.fixture
+def deps(settings, depenv_root, plugin_wheels, monkeypatch):
+    """Settings (and, for worker processes, the environment) pointing at the test's root and wheels."""
+    settings.DEPENV_ROOT = depenv_root
+    settings.DEPENV_FIND_LINKS = [str(plugin_wheels)]
+    monkeypatch.setenv("DEPENV_ROOT", str(depenv_root))
+    monkeypatch.setenv("DEPENV_FIND_LINKS", str(plugin_wheels))
+    return depenv_root
+
+
+def commit(team, actor, slug, files):
+    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, files=files)
+    return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
+
+
+def build(version):
+    outcome = dependency_services.dependency_environment_build(depenv_id=version.dependency_environment_id)
+    version.refresh_from_db()
+    version.dependency_environment.refresh_from_db()
+    return outcome
+
+
+def bare_trajectory(site: str, env_id: str, seed: int, actions: list, kwargs=None) -> dict:
+    """The same episode stepped by Gymnasium itself, in the dependency environment, outside the studio
+    (observations as plain JSON: arrays as lists, numpy scalars as numbers)."""
+    script = (
+        "import json, sys, gymnasium, numpy as np\n"
+        "def plain(x):\n"
+        "    if isinstance(x, dict): return {k: plain(v) for k, v in x.items()}\n"
+        "    if isinstance(x, (np.ndarray, np.generic)): return x.tolist()\n"
+        "    return x\n"
+        "env_id, seed, actions, kwargs = json.loads(sys.argv[1])\n"
+        "env = gymnasium.make(env_id, **kwargs)\n"
+        "obs, info = env.reset(seed=seed)\n"
+        "space = env.action_space  # a list action is given in the space's dtype, as the SDK does\n"
+        "out = {'reset': plain(obs), 'steps': []}\n"
+        "for action in actions:\n"
+        "    obs, reward, terminated, truncated, info = env.step(np.asarray(action, dtype=space.dtype).reshape(space.shape) if isinstance(action, list) else action)\n"
+        "    out['steps'].append([plain(obs), float(reward), bool(terminated), bool(truncated)])\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-c", script, json.dumps([env_id, seed, actions, kwargs or {}])],
+        env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin", "PYGAME_HIDE_SUPPORT_PROMPT": "1"},
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    return json.loads(proc.stdout)

@@ -5,11 +5,7 @@ The plugin is a tiny wheel made by the test (tests/environments/depenv_support.p
 Gymnasium come from the machine's pip configuration (its local mirrors and uv's cache).
 """
 
-import json
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,71 +17,13 @@ from environments.dependencies import services as dependency_services
 from environments.models import DependencyEnvironment, DependencyStatus
 from runs import services as run_services
 from tests.conftest import login
-from tests.environments.depenv_support import make_plugin_wheels, package_files
+from tests.environments.depenv_support import bare_trajectory, build, commit, deps, depenv_root, package_files, plugin_wheels  # noqa: F401 - fixtures
 from tests.processes import free_port
 from tests.runs.rollout_factories import play_one, scripted_agent
 
 PLUGIN = "studio-counter-plugin==1.0.0"
 PLUGIN_ENTRYPOINT = "gymnasium:studio_counter_plugin:StudioCounter-v0"
 ALWAYS_ADD = "def act(observation, info):\n    return 1\n"
-
-
-@pytest.fixture(scope="session")
-def depenv_root():
-    """Under /tmp, traversable by sandbox uids (pytest's own tmp folders are 0700)."""
-    root = Path(tempfile.mkdtemp(prefix="studio-depenvs-test-"))
-    os.chmod(root, 0o755)
-    yield root
-    for folder, _dirs, _files in os.walk(root):
-        os.chmod(folder, 0o755)
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def plugin_wheels(tmp_path_factory):
-    return make_plugin_wheels(tmp_path_factory.mktemp("wheels"))
-
-
-@pytest.fixture
-def deps(settings, depenv_root, plugin_wheels, monkeypatch):
-    """Settings (and, for worker processes, the environment) pointing at the test's root and wheels."""
-    settings.DEPENV_ROOT = depenv_root
-    settings.DEPENV_FIND_LINKS = [str(plugin_wheels)]
-    monkeypatch.setenv("DEPENV_ROOT", str(depenv_root))
-    monkeypatch.setenv("DEPENV_FIND_LINKS", str(plugin_wheels))
-    return depenv_root
-
-
-def commit(team, actor, slug, files):
-    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, files=files)
-    return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
-
-
-def build(version):
-    outcome = dependency_services.dependency_environment_build(depenv_id=version.dependency_environment_id)
-    version.refresh_from_db()
-    version.dependency_environment.refresh_from_db()
-    return outcome
-
-
-def bare_trajectory(site: str, env_id: str, seed: int, actions: list) -> dict:
-    """The same episode stepped by Gymnasium itself, in the dependency environment, outside the studio."""
-    script = (
-        "import json, sys, gymnasium\n"
-        "env_id, seed, actions = json.loads(sys.argv[1])\n"
-        "env = gymnasium.make(env_id)\n"
-        "obs, info = env.reset(seed=seed)\n"
-        "out = {'reset': obs.tolist(), 'steps': []}\n"
-        "for action in actions:\n"
-        "    obs, reward, terminated, truncated, info = env.step(action)\n"
-        "    out['steps'].append([obs.tolist(), float(reward), bool(terminated), bool(truncated)])\n"
-        "print(json.dumps(out))\n"
-    )
-    proc = subprocess.run(
-        ["/usr/bin/python3", "-c", script, json.dumps([env_id, seed, actions])],
-        env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120, check=True,
-    )
-    return json.loads(proc.stdout)
 
 
 # -- validation (no build) ----------------------------------------------------------------------------
