@@ -54,6 +54,7 @@ class RequirementSet:
         return [*self.requirements, *self.base]
 
 
+@functools.lru_cache(maxsize=1)
 def base_requirements() -> tuple[str, ...]:
     """The studio's own numpy and Gymnasium, pinned: sandboxed code sees the same releases as today."""
     return tuple(f"{name}=={importlib.metadata.version(name)}" for name in BASE_PACKAGES)

@@ -170,6 +170,8 @@ def test_version_page_and_api_show_the_build(deps, team, owner, outsider, owner_
     assert "Dependencies" in page and 'data-status="building"' in page and 'hx-trigger="every 2s"' in page
     body = owner_api.get("/environments/counter/versions/1").json()["dependencies"]
     assert body["status"] == "building" and body["requirements"] == [PLUGIN] and "still being built" in body["refusal"]
+    refused = owner_api.post("/runs", {"version": "counter@1", "agent": "random", "seeds": "0"})
+    assert refused.status_code == 409 and "still being built" in refused.json()["detail"], refused.content
 
     build(version)
     panel = client.get(f"/t/{team.slug}/environments/counter/versions/1/dependencies/", HTTP_HX_REQUEST="true").content.decode()
