@@ -34,6 +34,7 @@ BASE_PACKAGES = ("numpy", "gymnasium")
 MAX_LOG_CHARS = 200_000
 MAX_ERROR_CHARS = 2_000
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_URL_CREDENTIALS_RE = re.compile(r"(\w+://)[^/\s:@]+(?::[^/\s@]*)?@")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +232,7 @@ def _build_locked(requirement_set, *, root, final, python, index, timeout_s, sta
             **({"UV_CACHE_DIR": os.environ["UV_CACHE_DIR"]} if os.environ.get("UV_CACHE_DIR") else {}),
             **index.uv_environment(),
         }
-        header = "$ " + " ".join(argv) + "\n"
+        header = _clean("$ " + " ".join(argv) + "\n")
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=work)
         except subprocess.TimeoutExpired as exc:
@@ -265,7 +266,8 @@ def build_error_summary(stderr: str) -> str:
 
 
 def _clean(text: str | None) -> str:
-    return _ANSI_RE.sub("", text or "")
+    """Without colour codes, and without the credentials of an index URL (the log is shown to users)."""
+    return _URL_CREDENTIALS_RE.sub(r"\1***@", _ANSI_RE.sub("", text or ""))
 
 
 def _read_log(path: Path) -> str:

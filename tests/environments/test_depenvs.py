@@ -182,3 +182,31 @@ def test_version_page_and_api_show_the_build(deps, team, owner, outsider, owner_
 
     assert outsider_api.get("/environments/counter/versions/1").status_code == 404
     assert login(outsider).get(f"/t/{team.slug}/environments/counter/versions/1/dependencies/").status_code in (403, 404)
+
+
+def test_index_credentials_never_reach_the_build_log(deps, settings, team, owner):
+    settings.DEPENV_INDEX_URL = f"http://builder:hunter2-secret@127.0.0.1:{free_port()}/simple"
+    settings.DEPENV_FIND_LINKS = []
+    version = commit(team, owner, "secret-index", package_files(entrypoint="gymnasium:CartPole-v1", dependencies=["six==1.17.0"]))
+    assert build(version) == "failed"
+    depenv = version.dependency_environment
+    assert "Connection refused" in depenv.error
+    assert "hunter2-secret" not in depenv.log + depenv.error and "builder:" not in depenv.log
+    assert "http://***@127.0.0.1" in depenv.log
+
+
+def test_docker_sandbox_mounts_the_dependency_environment_read_only_at_its_path(tmp_path):
+    from runs.sandbox import SandboxConfig, docker_image
+    from runs.sandbox.docker import DockerSandbox
+    from runs.sandbox.process import SDK_PATH
+
+    site = "/srv/depenvs/0123abcd/site-packages"
+    sandbox = DockerSandbox(SandboxConfig(python_path=(str(SDK_PATH), site)), image="studio-sandbox:test")
+    sandbox.container, sandbox.workdir, sandbox.uid = "studio-sb-test", tmp_path, 60001
+    argv = sandbox._docker_argv("studio-sandbox:test", 60001)
+    assert f"{site}:{site}:ro" in argv
+    pythonpath = next(arg for arg in argv if arg.startswith("PYTHONPATH="))
+    assert pythonpath.endswith(f":{site}") and docker_image.SITE_PACKAGES_IN_IMAGE not in pythonpath
+    default = DockerSandbox(SandboxConfig(), image="studio-sandbox:test")
+    default.container, default.workdir, default.uid = "studio-sb-test", tmp_path, 60001
+    assert not any(arg.startswith("/srv/depenvs") for arg in default._docker_argv("studio-sandbox:test", 60001))
