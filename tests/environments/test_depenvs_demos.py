@@ -7,7 +7,7 @@ import pytest
 from environments.dependencies import services as dependency_services
 from environments.models import DependencyStatus
 from tests.environments.depenv_support import bare_trajectory, build, deps, depenv_root, plugin_wheels  # noqa: F401
-from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, scripted_agent
+from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, random_agent, scripted_agent
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,7 @@ def test_demo_with_dependencies_runs_exactly_as_gymnasium(deps, team, owner, nam
     bare = bare_trajectory(site, env_id, seed, [action for action, *_ in steps], kwargs)
     assert rollout.initial_observation == bare["reset"]
     assert [list(step[1:]) for step in steps] == bare["steps"]
+
+    # The built-in random agent acts there too, through Gymnasium's own action space.
+    rollout = play_one(team, owner, version, random_agent(team, owner), task_id=task_id, seed=seed)
+    assert rollout.status in ("succeeded", "failed") and rollout.step_count > 0, rollout.error
