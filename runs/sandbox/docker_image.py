@@ -274,19 +274,9 @@ def ensure_image(
     primary = primary_contents(python, site_packages, packages)
     name = f"{IMAGE_REPOSITORY}:{content_tag(primary)}"
     if not image_exists(name, docker):
+        # Images of other contents stay: another studio (or worktree) on this docker host may use them.
         build_image(name, full_contents(primary), docker)
-        remove_other_images(name, docker)
     return name
-
-
-def remove_other_images(keep: str, docker: str = "docker") -> None:
-    """Drop images of earlier contents (an image a container still uses stays; that error is ignored)."""
-    listed = subprocess.run(
-        [docker, "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPOSITORY], capture_output=True, text=True
-    )
-    stale = [name for name in listed.stdout.split() if name != keep and name.startswith(IMAGE_REPOSITORY + ":")]
-    if stale:
-        subprocess.run([docker, "rmi", *stale], capture_output=True)
 
 
 def main(argv: list[str]) -> int:

@@ -210,3 +210,23 @@ def test_docker_sandbox_mounts_the_dependency_environment_read_only_at_its_path(
     default = DockerSandbox(SandboxConfig(), image="studio-sandbox:test")
     default.container, default.workdir, default.uid = "studio-sb-test", tmp_path, 60001
     assert not any(arg.startswith("/srv/depenvs") for arg in default._docker_argv("studio-sandbox:test", 60001))
+
+
+def test_building_the_sandbox_image_removes_no_other_image(tmp_path):
+    """Another studio on the same docker host keeps its images (a docker client that records its calls
+    stands in for the engine, which these machines do not run by default)."""
+    from runs.sandbox import docker_image
+
+    calls = tmp_path / "calls"
+    client = tmp_path / "docker"
+    client.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$1 $2" in "image inspect") exit 1;; "images "*) echo studio-sandbox:other; exit 0;; esac\n'
+        "cat > /dev/null\n"
+    )
+    client.chmod(0o755)
+    name = docker_image.ensure_image(docker=str(client))
+    commands = calls.read_text().splitlines()
+    assert any(command.startswith("import") for command in commands) and name
+    assert not any(command.startswith(("rmi", "image rm", "image prune", "system prune")) for command in commands), commands
