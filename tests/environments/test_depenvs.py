@@ -6,6 +6,8 @@ Gymnasium come from the machine's pip configuration (its local mirrors and uv's 
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,19 @@ def test_building_the_sandbox_image_removes_no_other_image(tmp_path):
     commands = calls.read_text().splitlines()
     assert any(command.startswith("import") for command in commands) and name
     assert not any(command.startswith(("rmi", "image rm", "image prune", "system prune")) for command in commands), commands
+
+
+def test_a_set_built_on_another_host_is_built_here_before_the_first_sandbox(deps, settings, team, owner, tmp_path):
+    version = commit(team, owner, "counter", package_files(entrypoint=PLUGIN_ENTRYPOINT, dependencies=[PLUGIN]))
+    assert build(version) == "ready"
+    # This worker host has its own, empty root: the database says ready, the directory is not here yet.
+    here = Path(tempfile.mkdtemp(prefix="studio-depenvs-host2-"))
+    try:
+        settings.DEPENV_ROOT = here
+        python_path = dependency_services.version_python_path(version)
+        assert python_path[1] == str(here / version.dependency_environment.sha256 / "site-packages")
+        assert (Path(python_path[1]) / "studio_counter_plugin" / "__init__.py").is_file()
+    finally:
+        for folder, _dirs, _files in os.walk(here):
+            os.chmod(folder, 0o755)
+        shutil.rmtree(here, ignore_errors=True)
