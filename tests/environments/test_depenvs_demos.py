@@ -7,17 +7,25 @@ import pytest
 from environments.dependencies import services as dependency_services
 from environments.models import DependencyStatus
 from tests.environments.depenv_support import bare_trajectory, build, deps, depenv_root, plugin_wheels  # noqa: F401
+from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - fixture: skips without an engine
 from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, random_agent, scripted_agent
 
 
 @pytest.mark.parametrize(
-    ("name", "task_id", "seed", "env_id", "kwargs"),
+    ("name", "task_id", "seed", "env_id", "kwargs", "backend"),
     [
-        ("minigrid_empty", "6x6", 3, "minigrid:MiniGrid-Empty-5x5-v0", {"size": 6}),
-        ("mujoco_pendulum", "balance-noisy-start", 1, "InvertedPendulum-v5", {"reset_noise_scale": 0.1}),
+        ("minigrid_empty", "6x6", 3, "minigrid:MiniGrid-Empty-5x5-v0", {"size": 6}, "process"),
+        ("mujoco_pendulum", "balance-noisy-start", 1, "InvertedPendulum-v5", {"reset_noise_scale": 0.1}, "process"),
+        pytest.param("minigrid_empty", "8x8", 5, "minigrid:MiniGrid-Empty-5x5-v0", {"size": 8}, "docker",
+                     marks=pytest.mark.docker),
+        pytest.param("mujoco_pendulum", "balance", 2, "InvertedPendulum-v5", {}, "docker", marks=pytest.mark.docker),
     ],
 )
-def test_demo_with_dependencies_runs_exactly_as_gymnasium(deps, team, owner, name, task_id, seed, env_id, kwargs):
+def test_demo_with_dependencies_runs_exactly_as_gymnasium(deps, settings, request, team, owner, name, task_id, seed,
+                                                          env_id, kwargs, backend):
+    if backend == "docker":
+        request.getfixturevalue("docker_image_name")  # skips with the reason where no engine answers
+    settings.SANDBOX_BACKEND = backend
     version = demo_version(team, owner, name)
     assert build(version) == "ready", version.dependency_environment.error
     assert version.dependency_environment.status == DependencyStatus.READY
