@@ -7,6 +7,7 @@ from ninja.files import UploadedFile
 from studio.api import require
 
 from . import package, selectors, services
+from .dependencies import services as dependency_services
 from .schemas import (
     DiffOut,
     DraftMetaOut,
@@ -45,6 +46,7 @@ def _version_out(v, *, detail=False) -> dict:
     if detail:
         out["manifest"] = v.manifest
         out["files"] = v.files
+        out["dependencies"] = dependency_services.version_dependencies(v)
     return out
 
 

@@ -60,6 +60,10 @@ class EnvironmentVersion(models.Model):
     content_hash = models.CharField(max_length=64)
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     message = models.CharField(max_length=500)
+    # Set at creation when the package declares dependencies (environments/dependencies/).
+    dependency_environment = models.ForeignKey(
+        "DependencyEnvironment", on_delete=models.PROTECT, null=True, blank=True, related_name="versions"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -80,3 +84,37 @@ class EnvironmentVersion(models.Model):
         if self.pk is not None:
             raise ValueError("An environment version is immutable once created.")
         super().save(*args, **kwargs)
+
+
+class DependencyStatus(models.TextChoices):
+    BUILDING = "building", "Building"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
+class DependencyEnvironment(models.Model):
+    """One built set of Python requirements (content-addressed by `sha256`), shared by every version
+    that declares the same set, whatever its team: the directory holds only public packages."""
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    requirements = models.JSONField(default=list)  # the versions' own, normalized
+    base_requirements = models.JSONField(default=list)  # the studio's numpy and Gymnasium, pinned
+    python = models.CharField(max_length=40)
+    status = models.CharField(max_length=16, choices=DependencyStatus.choices, default=DependencyStatus.BUILDING)
+    log = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    # The entrypoint check of each version using this environment, by the version's content hash:
+    # {"<sha256>": {"ok": bool, "message": str}} (same files, same check).
+    entrypoint_checks = models.JSONField(default=dict)
+    build_seconds = models.FloatField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status"], name="depenv_status_idx")]
+
+    def __str__(self):
+        return f"depenv {self.sha256[:12]} ({self.status})"

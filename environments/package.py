@@ -21,6 +21,9 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from studio.inputs import MAX_JSON_DEPTH, InputProblem, json_parse, json_problem, text_problem
 
 from .action_surface import action_space_problems, surface_warnings
@@ -32,6 +35,8 @@ MAX_ARCHIVE_ENTRIES = 10 * MAX_ARCHIVE_FILES
 
 MANIFEST_FILE = "environment.toml"
 TASKS_FILE = "tasks.jsonl"
+REQUIREMENTS_FILE = "requirements.txt"
+MAX_DEPENDENCIES = 100
 KINDS = ("python", "browser")
 GYMNASIUM_PREFIX = "gymnasium:"
 
@@ -62,6 +67,7 @@ BINARY_SITE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".gif", ".ico", ".webp", ".wo
 BASE64_PREFIX = "base64:"
 
 _JUNK_COMPONENTS = {"__MACOSX", ".DS_Store", "__pycache__"}
+_MODULE_RE = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 _ENTRYPOINT_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):([A-Za-z_]\w*)$")
 _TOML_LINE_RE = re.compile(r"at line (\d+)")
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -128,6 +134,7 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
                 PackageProblem("site/", None, "a browser environment needs a site/ folder with at least one file")
             )
 
+    problems += _check_dependencies(files, raw)[1]
     problems += _check_python_files(files)
     _, task_problems = _check_tasks(files)
     problems += task_problems
@@ -217,6 +224,8 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
             problem("entrypoint", f"entrypoint {entrypoint!r} must look like 'module:Class' or 'gymnasium:<id>'")
         elif entrypoint.startswith(GYMNASIUM_PREFIX) and not entrypoint[len(GYMNASIUM_PREFIX):].strip():
             problem("entrypoint", "entrypoint 'gymnasium:' needs an environment id")
+        elif entrypoint.startswith(GYMNASIUM_PREFIX) and (reason := _gymnasium_id_problem(entrypoint)):
+            problem("entrypoint", reason)
 
     if "max_steps" in raw and not (_is_int(raw["max_steps"]) and 0 < raw["max_steps"] <= LIMIT_MAXIMA["max_steps"]):
         problem("max_steps", f"'max_steps' must be an integer from 1 to {LIMIT_MAXIMA['max_steps']}, not {raw['max_steps']!r}")
@@ -297,6 +306,11 @@ def _toml_key_line(text: str, key: str, table: str | None) -> int | None:
     return None
 
 
+def manifest_key_line(files: dict[str, str], key: str) -> int | None:
+    """The line of a top-level key of environment.toml, for messages that point at it."""
+    return _toml_key_line(files.get(MANIFEST_FILE, ""), key, None)
+
+
 def _raw_manifest(files: dict[str, str]) -> dict | None:
     try:
         return tomllib.loads(_as_text(files[MANIFEST_FILE]))
@@ -315,11 +329,21 @@ def _entrypoint_is_well_formed(entrypoint) -> bool:
 def _check_entrypoint(files: dict[str, str], entrypoint: str) -> list[PackageProblem]:
     line = _toml_key_line(files[MANIFEST_FILE], "entrypoint", None)
     if entrypoint.startswith(GYMNASIUM_PREFIX):
-        env_id = entrypoint[len(GYMNASIUM_PREFIX):]
+        if _gymnasium_id_problem(entrypoint):
+            return []  # reported once, by _check_manifest
+        module, env_id = gymnasium_entrypoint(entrypoint)
+        if module is not None or _check_dependencies(files, _raw_manifest(files))[0]:
+            # Plugin ids and packages with dependencies are checked inside their own dependency
+            # environment (environments/dependencies/plugins.py), never in the studio's registry.
+            return []
         import gymnasium  # noqa: PLC0415 - heavy, and only gymnasium packages need it
 
         if env_id not in gymnasium.envs.registry:
-            return [PackageProblem(MANIFEST_FILE, line, f"unknown Gymnasium environment id {env_id!r}")]
+            return [PackageProblem(
+                MANIFEST_FILE, line,
+                f"unknown Gymnasium environment id {env_id!r} (a plugin's id names its module: 'gymnasium:module:EnvId', "
+                "with the module's package in 'dependencies')",
+            )]
         return []
 
     module, class_name = entrypoint.split(":")
@@ -417,6 +441,111 @@ def _is_number(value) -> bool:
 
 def _as_text(value: str) -> str:
     return value if isinstance(value, str) else str(value)
+
+
+# --- dependencies and plugin entrypoints ---------------------------------------------------------
+
+
+def gymnasium_entrypoint(entrypoint: str) -> tuple[str | None, str]:
+    """(module, env id) of "gymnasium:<id>" or "gymnasium:<module>:<id>" (Gymnasium's own form, whose
+    module registers the id on import); module is None for ids Gymnasium knows by itself."""
+    spec = entrypoint[len(GYMNASIUM_PREFIX):] if entrypoint.startswith(GYMNASIUM_PREFIX) else entrypoint
+    module, colon, env_id = spec.partition(":")
+    return (module, env_id) if colon else (None, spec)
+
+
+def _gymnasium_id_problem(entrypoint: str) -> str | None:
+    module, env_id = gymnasium_entrypoint(entrypoint)
+    if module is None:
+        return None
+    if not _MODULE_RE.match(module):
+        return f"entrypoint {entrypoint!r}: {module!r} is not a Python module name ('gymnasium:module:EnvId')"
+    if not env_id.strip() or ":" in env_id:
+        return f"entrypoint {entrypoint!r} must look like 'gymnasium:module:EnvId'"
+    return None
+
+
+def dependencies_of(files: dict[str, str]) -> list[str]:
+    """The package's declared requirements (environment.toml `dependencies` and requirements.txt),
+    normalized, deduplicated and sorted; raises InvalidPackage on any problem."""
+    requirements, problems = _check_dependencies(files, _raw_manifest(files))
+    if problems:
+        raise InvalidPackage.from_problems(problems)
+    return requirements
+
+
+def normalize_requirement(requirement: Requirement) -> str:
+    """One spelling per requirement: canonical name, sorted extras and specifiers, the marker as
+    packaging writes it ("MiniGrid >= 3.0 " and "minigrid>=3.0" are the same)."""
+    text = canonicalize_name(requirement.name)
+    if requirement.extras:
+        text += "[" + ",".join(sorted(canonicalize_name(extra) for extra in requirement.extras)) + "]"
+    text += ",".join(sorted(str(spec) for spec in requirement.specifier))
+    if requirement.marker is not None:
+        text += f"; {requirement.marker}"
+    return text
+
+
+def _check_dependencies(files: dict[str, str], raw: dict | None) -> tuple[list[str], list[PackageProblem]]:
+    problems: list[PackageProblem] = []
+    found: list[str] = []
+    declared = (raw or {}).get("dependencies")
+    if declared is not None:
+        manifest_text = _as_text(files.get(MANIFEST_FILE, ""))
+        key_line = _toml_key_line(manifest_text, "dependencies", None)
+        if not (isinstance(declared, list) and all(isinstance(item, str) for item in declared)):
+            problems.append(PackageProblem(
+                MANIFEST_FILE, key_line, "'dependencies' must be a list of requirement strings, e.g. [\"minigrid==3.0.0\"]"
+            ))
+        else:
+            for item in declared:
+                line = _string_line(manifest_text, item, key_line)
+                requirement, reason = _parse_requirement(item)
+                if reason:
+                    problems.append(PackageProblem(MANIFEST_FILE, line, reason))
+                else:
+                    found.append(normalize_requirement(requirement))
+    text = files.get(REQUIREMENTS_FILE)
+    if text is not None:
+        for number, line in enumerate(_as_text(text).splitlines(), start=1):
+            item = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+            if not item:
+                continue
+            if item.startswith("-"):
+                problems.append(PackageProblem(
+                    REQUIREMENTS_FILE, number,
+                    f"options such as {item.split()[0]!r} are not allowed: list one requirement a line "
+                    "(the studio chooses the package index)",
+                ))
+                continue
+            requirement, reason = _parse_requirement(item)
+            if reason:
+                problems.append(PackageProblem(REQUIREMENTS_FILE, number, reason))
+            else:
+                found.append(normalize_requirement(requirement))
+    requirements = sorted(set(found))
+    if len(requirements) > MAX_DEPENDENCIES:
+        problems.append(PackageProblem(MANIFEST_FILE, None, f"more than {MAX_DEPENDENCIES} dependencies"))
+    return requirements, problems
+
+
+def _parse_requirement(text: str) -> tuple[Requirement | None, str | None]:
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement as error:
+        return None, f"{text!r} is not a pip requirement: {error}"
+    if requirement.url:
+        # A direct reference (file://, git+https://...) would read the worker's disk or run a build.
+        return None, f"{text!r}: direct references ('name @ url') are not allowed; name a release from the index"
+    return requirement, None
+
+
+def _string_line(text: str, value: str, default: int | None) -> int | None:
+    """The line of the first TOML string literal holding `value`, at or after `default`."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if number >= (default or 0) and (f'"{value}"' in line or f"'{value}'" in line):
+            return number
+    return default
 
 
 # --- hashing ----------------------------------------------------------------------------------

@@ -76,9 +76,35 @@ class VersionOut(Schema):
     paths: list[str]
 
 
+class EntrypointCheckOut(Schema):
+    ok: bool
+    message: str
+
+
+class DependenciesOut(Schema):
+    """A version's dependency environment (shared by versions with the same requirement set)."""
+
+    sha256: str
+    requirements: list[str] = Field(..., description="The version's own requirements, normalized.")
+    base_requirements: list[str] = Field(..., description="The studio's pinned numpy and Gymnasium.")
+    python: str
+    status: str = Field(..., description="building, ready or failed")
+    error: str = Field(..., description="Why the build failed (empty otherwise).")
+    log: str = Field(..., description="uv's output of the build.")
+    build_seconds: float | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    entrypoint_check: EntrypointCheckOut | None = Field(
+        None, description="The gymnasium entrypoint, made and reset inside the environment."
+    )
+    entrypoint_check_pending: bool
+    refusal: str | None = Field(None, description="Why runs of this version are refused now (null: it can run).")
+
+
 class VersionDetailOut(VersionOut):
     manifest: dict
     files: dict[str, str]
+    dependencies: DependenciesOut | None = Field(None, description="null: the version declares no dependencies.")
 
 
 class FileDiffOut(Schema):

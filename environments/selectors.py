@@ -44,7 +44,7 @@ def environment_get(*, team, slug: str) -> Environment:
 
 def version_get(*, environment, number: int) -> EnvironmentVersion:
     return get_object_or_404(
-        EnvironmentVersion.objects.select_related("author", "parent", "environment"),
+        EnvironmentVersion.objects.select_related("author", "parent", "environment", "dependency_environment"),
         environment=environment,
         number=number,
     )

@@ -9,6 +9,7 @@ from studio.errors import Conflict, DomainError
 from studio.slugs import slug_from
 
 from . import package
+from .dependencies import services as dependency_services
 from .models import Draft, Environment, EnvironmentKind, EnvironmentVersion
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")
@@ -236,6 +237,7 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
         raise InvalidInput("A version needs a message saying what changed.", field="message")
     if len(message) > 500:
         raise InvalidInput("Message is longer than 500 characters.", field="message")
+    checked = _entrypoint_checked_before_commit(environment=environment, files=files)
     with transaction.atomic():
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         draft = Draft.objects.select_for_update().get(environment=env)
@@ -258,7 +260,11 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
         if from_draft and parent is not None and parent.content_hash == digest:
             raise NothingToCommit(f"Nothing to commit: the files are the same as {parent.label}.", field="files")
         number = (env.versions.aggregate(m=Max("number"))["m"] or 0) + 1
+        depenv = dependency_services.dependency_environment_attach(
+            files=files, content_hash=digest, checked=checked == digest
+        )
         version = EnvironmentVersion.objects.create(
+            dependency_environment=depenv,
             environment=env,
             number=number,
             parent=parent,
@@ -275,6 +281,24 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
         draft.updated_by = actor
         draft.save()
     return version
+
+
+def _entrypoint_checked_before_commit(*, environment, files) -> str | None:
+    """Run the entrypoint check that needs a sandbox (plugin ids, packages with dependencies) before
+    the commit's transaction, when it can run now; raise InvalidVersion on failure. Returns the content
+    hash of the files that passed (the draft's when `files` is None), None when nothing was checked."""
+    files = dict(files if files is not None else Draft.objects.get(environment=environment).files)
+    if package.validate_package(files):
+        return None  # the commit refuses it with every problem, in the transaction
+    check = dependency_services.entrypoint_check_before_commit(
+        files=files, manifest=package.parse_manifest(files), tasks=package.parse_tasks(files)
+    )
+    if check is None:
+        return None
+    if not check.ok:
+        line = package.manifest_key_line(files, "entrypoint")
+        raise InvalidVersion([package.PackageProblem(package.MANIFEST_FILE, line, check.message)])
+    return package.content_hash(files)
 
 
 def package_import(*, team, actor, data: bytes, filename: str, message: str = "", environment=None) -> EnvironmentVersion:

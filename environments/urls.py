@@ -16,6 +16,7 @@ urlpatterns = [
     path("<slug:slug>/commit/", views.version_commit, name="commit"),
     path("<slug:slug>/versions/", views.version_list, name="versions"),
     path("<slug:slug>/versions/<int:number>/", views.version_detail, name="version"),
+    path("<slug:slug>/versions/<int:number>/dependencies/", views.version_dependencies, name="dependencies"),
     path("<slug:slug>/versions/<int:number>/download/", views.version_download, name="download"),
     path("<slug:slug>/versions/<int:number>/restore/", views.draft_restore, name="restore"),
     path("<slug:slug>/diff/", views.version_diff, name="diff"),

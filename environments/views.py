@@ -1,14 +1,15 @@
 """Pages for environments: list, create, the draft editor, versions, diffs, packages."""
 from django.contrib import messages
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from runs.review import selectors as review_selectors
 from studio.access import team_view
 
 from . import package, selectors, services
+from .dependencies import services as dependency_services
 from .api import package_response
 from .forms import EnvironmentForm, UploadForm
 
@@ -206,8 +207,21 @@ def version_detail(request, slug, number):
             "runs": version.runs.select_related("agent").order_by("-created_at")[:10],
             "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],
             "export_url": reverse("review:export_version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number}),
+            "deps": dependency_services.version_dependencies(version),
         },
     )
+
+
+@team_view("read")
+@require_GET
+def version_dependencies(request, slug, number):
+    """The dependencies panel alone: what the version page polls while its set builds."""
+    env = selectors.environment_get(team=request.team, slug=slug)
+    version = selectors.version_get(environment=env, number=number)
+    deps = dependency_services.version_dependencies(version)
+    if deps is None:
+        raise Http404("This version declares no dependencies.")
+    return render(request, "environments/_dependencies.html", {"env": env, "version": version, "deps": deps})
 
 
 @team_view("read")

@@ -14,6 +14,7 @@ from django.db import IntegrityError, reset_queries, transaction
 from django.utils import timezone
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
+from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
 
 from . import events
@@ -190,6 +191,7 @@ def run_create(
         raise InvalidRun("That agent belongs to another team.", field="agent")
     if agent.kind not in RUNNABLE_AGENT_KINDS:
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
+    ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
     tasks = _selected_tasks(version, task_ids, difficulties)
     seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:

@@ -268,6 +268,16 @@ CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")
 # Browser sandboxes each worker process keeps ready with Chromium already started (0: start cold).
 BROWSER_POOL_SIZE = envint("BROWSER_POOL_SIZE", 1)
 
+# Dependency environments (docs/dependencies.md): one read-only directory per requirement set, built
+# with uv. The index is pip's own configuration unless DEPENV_INDEX_URL names the only one to use.
+DEPENV_ROOT = Path(envstr("DEPENV_ROOT", str(BASE_DIR / "var" / "depenvs")))
+DEPENV_INDEX_URL = envstr("DEPENV_INDEX_URL", "")
+# Folders of wheels searched besides the index (space-separated), e.g. a site's own packages.
+DEPENV_FIND_LINKS = envstr("DEPENV_FIND_LINKS", "").split()
+DEPENV_BUILD_TIMEOUT_S = envint("DEPENV_BUILD_TIMEOUT_S", 900)
+if DEPENV_BUILD_TIMEOUT_S <= 0:
+    raise ImproperlyConfigured(f"DEPENV_BUILD_TIMEOUT_S must be positive, got {DEPENV_BUILD_TIMEOUT_S}")
+
 # Episode hosts hold interactive episodes (play, remote sessions); web processes reach them through Redis.
 EPISODE_HOST_REDIS_URL = envstr("EPISODE_HOST_REDIS_URL", REDIS_URL)
 EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", "studio")

@@ -218,7 +218,8 @@ class EpisodeHost:
         driver = message.get("driver") or "session"
         setup = episode_setup(rollout=rollout, driver=driver)
         sandbox = None
-        if self.sandbox_pool is not None and setup.kind == "python" and setup.concurrent_sessions == 1:
+        if (self.sandbox_pool is not None and setup.kind == "python" and setup.concurrent_sessions == 1
+                and setup.sandbox_config(self.sandbox_pool.config) == self.sandbox_pool.config):
             with self.sandbox_pool_lock:
                 sandbox = self.sandbox_pool.acquire()
         try:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
 from studio.models import Team
 
@@ -80,6 +81,7 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
         raise InvalidEpisode(f"Task {task_id!r} is not in {version.label}.", field="task_id")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InvalidEpisode(f"The seed must be a whole number from 0 to 2^63-1, not {seed!r}.", field="seed")
+    ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
     agent = run_services.agent_get_or_create(team=team, actor=actor, name=agent_name, kind=agent_kind)
     episode_id = secrets.token_urlsafe(16)
     now = timezone.now()

@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import services as run_services
 from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus
-from ..sandbox import SandboxError, SandboxTimeout, UserCodeError
+from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeError
 from ..sandbox.backends import sandbox_for
 from ..sandbox.shared import SharedKey, shared_sandboxes
 from .setup import EpisodeSetup
@@ -153,6 +153,11 @@ def episode_sandbox(setup: EpisodeSetup):
     the process backend hosts; versions with `concurrent_sessions > 1` share runner processes;
     others get a sandbox of their own from the configured backend."""
     if setup.kind == "browser":
+        if setup.python_path is not None:  # the warm pool imports from the studio's path
+            from ..sandbox import ProcessSandbox
+            from ..sandbox.process import BROWSER_CONFIG
+
+            return ProcessSandbox(setup.sandbox_config(BROWSER_CONFIG))
         return browser_sandbox()
     if setup.concurrent_sessions > 1:
         # The version declares its episodes may share a runner process (one instance each).
@@ -160,8 +165,9 @@ def episode_sandbox(setup: EpisodeSetup):
         return shared_sandboxes.sandbox(
             key=SharedKey(team_id=version.environment.team_id, content_hash=version.content_hash, label=version.label),
             capacity=setup.concurrent_sessions, backend=settings.SANDBOX_BACKEND, episode=f"rollout-{setup.rollout.pk}",
+            config=setup.sandbox_config(DEFAULT_CONFIG),
         )
-    return sandbox_for(settings.SANDBOX_BACKEND)
+    return sandbox_for(settings.SANDBOX_BACKEND, setup.sandbox_config(DEFAULT_CONFIG))
 
 
 # -- start, step ----------------------------------------------------------------------------------
@@ -173,8 +179,9 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     that lives as long as the episode: a sandbox dies with the thread that forked it. On failure
     the rollout is ended with the reason and EpisodeFault raised."""
     rollout = setup.rollout
-    if setup.task is None:
-        fault = EpisodeFault(RolloutStatus.ERRORED, f"task {rollout.task_id!r} is not in {setup.version.label}", "error")
+    if setup.task is None or setup.refusal:
+        reason = setup.refusal or f"task {rollout.task_id!r} is not in {setup.version.label}"
+        fault = EpisodeFault(RolloutStatus.ERRORED, reason, "error")
         _write_final(rollout, _outcome(setup, fault.status, fault.end_reason, error=fault.reason))
         raise fault
     sandbox = sandbox if sandbox is not None else episode_sandbox(setup)

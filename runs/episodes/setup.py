@@ -2,10 +2,11 @@
 sandbox kind and the facts needed to reproduce it. One definition for every driver."""
 import dataclasses
 
+from environments.dependencies.services import DependenciesNotReady, version_python_path
 from environments.package import DEFAULT_MAX_STEPS, concurrent_sessions_of
 
 from ..models import Rollout
-from ..sandbox import SandboxLimits
+from ..sandbox import SandboxConfig, SandboxLimits
 
 # Run limits a run may set on top of the version's [limits] table.
 RUN_LIMIT_KEYS = ("step_timeout_s", "episode_timeout_s", "verify_timeout_s", "memory_mb", "max_steps")
@@ -50,10 +51,18 @@ class EpisodeSetup:
     kind: str  # the environment's kind: "python" or "browser" (the sandbox follows it)
     concurrent_sessions: int
     reproduction: dict
+    # The sandbox's import path: the SDK then the version's dependency environment (None: the
+    # studio's default path); `refusal` says why the episode cannot start when the set is not built.
+    python_path: tuple[str, ...] | None = None
+    refusal: str = ""
 
     @property
     def entrypoint(self) -> str:
         return self.version.manifest["entrypoint"]
+
+    def sandbox_config(self, base: SandboxConfig) -> SandboxConfig:
+        """`base` with this version's import path (sandbox pools are keyed by config)."""
+        return base if self.python_path is None else dataclasses.replace(base, python_path=self.python_path)
 
 
 def episode_setup(*, rollout: Rollout, driver: str) -> EpisodeSetup:
@@ -79,6 +88,12 @@ def episode_setup(*, rollout: Rollout, driver: str) -> EpisodeSetup:
     }
     if driver in ("session", "play"):
         reproduction[driver] = True
+    if version.dependency_environment_id is not None:
+        reproduction["dependencies"] = version.dependency_environment.sha256
+    try:
+        python_path, refusal = version_python_path(version), ""
+    except DependenciesNotReady as exc:
+        python_path, refusal = None, exc.message
     return EpisodeSetup(
         rollout=rollout,
         version=version,
@@ -92,4 +107,6 @@ def episode_setup(*, rollout: Rollout, driver: str) -> EpisodeSetup:
         kind=manifest.get("kind") or "python",
         concurrent_sessions=concurrent_sessions_of(manifest),
         reproduction=reproduction,
+        python_path=python_path,
+        refusal=refusal,
     )

@@ -156,7 +156,7 @@ class DockerSandbox(ProcessSandbox):
             "LANG": "C.UTF-8",
             "HOME": docker_image.WORKDIR_IN_IMAGE,
             "TMPDIR": docker_image.WORKDIR_IN_IMAGE,
-            "PYTHONPATH": f"{docker_image.SDK_IN_IMAGE}:{docker_image.SITE_PACKAGES_IN_IMAGE}",
+            "PYTHONPATH": ":".join([docker_image.SDK_IN_IMAGE, *(self._dependency_paths() or [docker_image.SITE_PACKAGES_IN_IMAGE])]),
             "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "OPENBLAS_NUM_THREADS": "1",
@@ -196,6 +196,8 @@ class DockerSandbox(ProcessSandbox):
             "-v", f"{SDK_PATH}:{docker_image.SDK_IN_IMAGE}:ro",
             "-w", docker_image.WORKDIR_IN_IMAGE,
         ]
+        for path in self._dependency_paths():  # a version's dependency environment, at the same path
+            argv += ["-v", f"{path}:{path}:ro"]
         for key, value in env.items():
             argv += ["-e", f"{key}={value}"]
         # env -u: docker always sets HOSTNAME; the sandbox's environment is exactly the list above.
@@ -203,6 +205,12 @@ class DockerSandbox(ProcessSandbox):
         if config.preload:
             argv.append("--preload=" + ",".join(config.preload))
         return argv
+
+    def _dependency_paths(self) -> list[str]:
+        """The config's import path past the SDK (a version's dependency environment), if it has one."""
+        if self.config.python_path is None:
+            return []
+        return [path for path in self.config.python_path if os.path.realpath(path) != os.path.realpath(SDK_PATH)]
 
     def _write_files(self, files: dict) -> None:
         super()._write_files(files)

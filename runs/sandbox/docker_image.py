@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 IMAGE_REPOSITORY = "studio-sandbox"
-BUILDER_VERSION = "1"  # bump when the layout below changes
+BUILDER_VERSION = "2"  # bump when the layout below changes
 
 PYTHON_IN_IMAGE = "/usr/bin/python3"
 SITE_PACKAGES_IN_IMAGE = "/opt/studio/site-packages"
@@ -37,7 +37,11 @@ DEFAULT_PACKAGES = ("numpy", "gymnasium", "cloudpickle", "farama_notifications",
 # Standard-library parts nothing in a sandbox needs (saves ~25 MB and seconds of import).
 STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data", "config-3.11-x86_64-linux-gnu"}
 PACKAGE_SKIP = {"tests"}
-EXTRA_LIBS = ("libgcc_s.so.1",)  # dlopen()ed by glibc when a thread exits; ldd does not list it
+# libgcc_s is dlopen()ed by glibc when a thread exits (ldd does not list it); the rest of the C library
+# is there for a version's dependency environment, whose extension modules (pygame, mujoco) load
+# parts of glibc that the interpreter and numpy do not.
+EXTRA_LIBS = ("libgcc_s.so.1", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libutil.so.1", "libm.so.6",
+              "libresolv.so.2", "libstdc++.so.6")
 
 ETC_PASSWD = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 ETC_GROUP = "root:x:0:\nnogroup:x:65534:\n"
@@ -274,19 +278,9 @@ def ensure_image(
     primary = primary_contents(python, site_packages, packages)
     name = f"{IMAGE_REPOSITORY}:{content_tag(primary)}"
     if not image_exists(name, docker):
+        # Images of other contents stay: another studio (or worktree) on this docker host may use them.
         build_image(name, full_contents(primary), docker)
-        remove_other_images(name, docker)
     return name
-
-
-def remove_other_images(keep: str, docker: str = "docker") -> None:
-    """Drop images of earlier contents (an image a container still uses stays; that error is ignored)."""
-    listed = subprocess.run(
-        [docker, "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPOSITORY], capture_output=True, text=True
-    )
-    stale = [name for name in listed.stdout.split() if name != keep and name.startswith(IMAGE_REPOSITORY + ":")]
-    if stale:
-        subprocess.run([docker, "rmi", *stale], capture_output=True)
 
 
 def main(argv: list[str]) -> int:

@@ -389,14 +389,18 @@ class SharedSandboxes:
         self._lock = threading.Lock()
         self._timers: dict[int, threading.Timer] = {}
 
-    def sandbox(self, *, key: SharedKey, capacity: int, backend: str = "process", episode: str | None = None) -> EpisodeLease:
+    def sandbox(
+        self, *, key: SharedKey, capacity: int, backend: str = "process", episode: str | None = None,
+        config: SandboxConfig | None = None,
+    ) -> EpisodeLease:
         """An unstarted lease, to use as an unstarted ProcessSandbox: its `start(files, mode="env",
         entrypoint=..., limits=...)` takes a slot in a process of this key with room, or starts one."""
         if not isinstance(key, SharedKey):
             raise TypeError("key must be a SharedKey (a process only ever serves one version of one team)")
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
-        take_slot = functools.partial(self._take_slot, key=key, capacity=capacity, backend=backend, episode=episode)
+        take_slot = functools.partial(self._take_slot, key=key, capacity=capacity, backend=backend, episode=episode,
+                                      config=config or self.config)
         return EpisodeLease(take_slot, backend=backend)
 
     def lease(
@@ -415,17 +419,17 @@ class SharedSandboxes:
         lease.start(files, entrypoint=entrypoint, limits=limits)
         return lease
 
-    def _take_slot(self, lease, *, key, capacity, backend, episode, files, entrypoint, limits) -> None:
+    def _take_slot(self, lease, *, key, capacity, backend, episode, config, files, entrypoint, limits) -> None:
         if not isinstance(limits, SandboxLimits):
             limits = SandboxLimits.from_dict(limits)
-        group_key = (key, entrypoint, limits, capacity, backend)
+        group_key = (key, entrypoint, limits, capacity, backend, config)
         with self._lock:
             groups = self._groups.setdefault(group_key, [])
             group = next((group for group in groups if group.accepting), None)
             if group is None:
                 group = SharedSandbox(
                     files=files, entrypoint=entrypoint, limits=limits, capacity=capacity,
-                    label=key.label, backend=backend, config=self.config,
+                    label=key.label, backend=backend, config=config,
                 )
                 group.on_empty = self._emptied
                 groups.append(group)

@@ -7,7 +7,8 @@ from django.db import transaction
 
 from environments import package, services
 from environments.demo import demo_package_dirs, read_folder
-from environments.models import Environment
+from environments.dependencies import services as dependency_services
+from environments.models import DependencyStatus, Environment, EnvironmentVersion
 from runs.figures import run_figures
 from studio.errors import DomainError
 from studio.models import Membership, Role, Team
@@ -54,6 +55,8 @@ class Command(BaseCommand):
                 continue
             version = services.version_commit(environment=env, actor=user, message="Demo package", files=files)
             self.stdout.write(f"loaded {version.label}")
+        if not options["no_runs"]:
+            self._build_dependencies(team)
         agents = {folder.name: self._agents(team, user, folder) for folder in demo_package_dirs()}
         if not options["no_runs"]:
             for folder in demo_package_dirs():
@@ -89,6 +92,10 @@ class Command(BaseCommand):
         if env.versions.filter(runs__isnull=False).exists():
             return
         version = env.versions.order_by("-number").first()
+        refusal = dependency_services.version_run_refusal(version)
+        if refusal:
+            self.stdout.write(f"no run of {version.label}: {refusal}")
+            return
         run = run_services.run_create(team=team, actor=user, version=version, agent=agent, seeds=[0, 1], enqueue=False)
         for rollout_id in run.rollouts.order_by("id").values_list("id", flat=True):
             execute_rollout(rollout_id)
@@ -110,6 +117,17 @@ class Command(BaseCommand):
             f" {figures['succeeded']} succeeded, {reviewed} reviewed"
         )
 
+
+    def _build_dependencies(self, team) -> None:
+        """Build the dependency environments of the demo versions here (the queued build task then
+        finds them built), so their runs can follow; a failed build is reported, not fatal."""
+        for version in EnvironmentVersion.objects.filter(
+            environment__team=team, dependency_environment__isnull=False
+        ).exclude(dependency_environment__status=DependencyStatus.READY).select_related("environment"):
+            outcome = dependency_services.dependency_environment_build(depenv_id=version.dependency_environment_id)
+            version.dependency_environment.refresh_from_db()
+            error = version.dependency_environment.error
+            self.stdout.write(f"dependencies of {version.label}: {outcome}" + (f" ({error.splitlines()[0]})" if error else ""))
 
     def _live_run(self, team, user) -> None:
         """A random agent over guess-number's tasks and 40 seeds, queued for the workers; none is added
