@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from environments.package import DEFAULT_OBSERVATION_MB
+
 from . import protocol
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
 
@@ -101,6 +103,7 @@ class SandboxLimits:
     nproc: int = 32
     fsize_mb: int = 16
     nofile: int = 256
+    observation_mb: float = DEFAULT_OBSERVATION_MB  # the runner refuses larger observations
     # Browser kind: Chromium reserves tens of GB of address space, so memory_mb caps each process's
     # data segment (RLIMIT_DATA) instead of RLIMIT_AS, and its threads need far more than 32 tasks.
     browser: bool = False
@@ -121,6 +124,7 @@ class SandboxLimits:
             "nproc": self.nproc,
             "fsize_mb": self.fsize_mb,
             "nofile": self.nofile,
+            "observation_mb": self.observation_mb,
         }
         if self.browser:
             limits["browser"] = True
@@ -379,6 +383,8 @@ class ProcessSandbox:
         # A side result of the latest reset/step, kept out of the observation: a browser env's
         # screenshot {"type": "image/jpeg", "base64": ...}; the worker stores it as the step's file.
         self.last_artifact: dict | None = None
+        self.reset_info: dict = {}
+        self.observation_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -565,6 +571,7 @@ class ProcessSandbox:
         if self.mode == "env":
             self.action_space = result.get("action_space")
             self.last_artifact = result.get("artifact")
+            self.reset_info = result.get("info") or {}
             return result["observation"]
         return None
 
@@ -573,6 +580,8 @@ class ProcessSandbox:
         self.last_artifact = None
         result = self._call("step", self.limits.step_timeout_s, action=action)
         self.last_artifact = result.get("artifact")
+        # An observation over the version's limit: the step is real, its observation is not sent.
+        self.observation_error = result.get("observation_error")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:
@@ -649,20 +658,17 @@ class ProcessSandbox:
         out_fd = self._proc.stdout.fileno()
         err_fd = self._proc.stderr.fileno()
         while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
+            try:
+                # Arrays come as binary frames after the line; `{"__float__": ...}` stays as it is
+                # (that is how it is stored and served).
+                message = protocol.take_message(self._buffer)
+            except protocol.ProtocolError as exc:
+                self._kill()
+                raise SandboxProtocolError(f"{self.label} {op}(): sandbox broke the protocol: {exc}") from None
+            if message is not None:
                 # Anything printed before the answer is already in the pipe: keep stderr_tail in order.
                 self._drain_stderr(0)
-                try:
-                    return protocol.decode(line)
-                except protocol.ProtocolError as exc:
-                    self._kill()
-                    raise SandboxProtocolError(f"{self.label} {op}(): sandbox broke the protocol: {exc}") from None
-            if len(self._buffer) > protocol.MAX_LINE_BYTES:
-                self._kill()
-                raise SandboxProtocolError(f"{self.label} {op}(): sandbox sent a line over {protocol.MAX_LINE_BYTES} bytes")
+                return message
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._timed_out(timeout_reason)
