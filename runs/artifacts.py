@@ -146,7 +146,8 @@ def is_image(array) -> bool:
 
 def png_bytes(image) -> bytes:
     """A PNG of an image-like array. Each row is stored as its difference from the row above (PNG's
-    "Up" filter), which game frames compress best with."""
+    "Up" filter), which game frames compress best with; zlib's fastest level (a game frame is ~1 KB
+    at level 1, ~0.6 KB at level 6, for a third of the time)."""
     height, width = image.shape[:2]
     channels = 1 if image.ndim == 2 else image.shape[2]
     rows = numpy.ascontiguousarray(image).reshape(height, width * channels)
@@ -155,7 +156,7 @@ def png_bytes(image) -> bytes:
     raw[0, 1:] = rows[0]
     numpy.subtract(rows[1:], rows[:-1], out=raw[1:, 1:])
     header = struct.pack(">IIBBBBB", width, height, 8, _PNG_COLOR_TYPES[channels], 0, 0, 0)
-    return PNG_SIGNATURE + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(raw.tobytes(), 6)) + _png_chunk(b"IEND", b"")
+    return PNG_SIGNATURE + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", zlib.compress(raw.tobytes(), 1)) + _png_chunk(b"IEND", b"")
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:
