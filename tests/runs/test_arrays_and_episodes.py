@@ -236,3 +236,27 @@ def test_pixel_catch_frames_reach_the_agent_as_arrays_and_are_stored_small(team,
     assert len(png.content) < 30_000
     frame = png_array(png.content, shape=form["shape"])
     assert (frame[190, :, 0] == 200).sum() == 20  # the paddle is where the game drew it
+
+
+SLOW_ENV = """
+    import time
+    from studio_sdk import Environment
+
+    class Env(Environment):
+        action_space = {"type": "discrete", "n": 2}
+
+        def reset(self, task, seed):
+            return 0
+
+        def step(self, action):
+            time.sleep(0.3)
+            return 0, 0.0, False, False, {}
+"""
+
+
+def test_the_last_step_before_the_time_limit_ends_the_episode_says_truncated(team, owner):
+    version = package_version(team, owner, "slow", SLOW_ENV, limits={"episode_timeout_s": 1.2})
+    rollout = play_one(team, owner, version, scripted_agent(team, owner, "def act(o, i):\n    return 0\n"))
+    assert rollout.status == RolloutStatus.TIMED_OUT
+    flags = list(Step.objects.filter(rollout=rollout).order_by("index").values_list("truncated", flat=True))
+    assert flags and flags[-1] is True and not any(flags[:-1])
