@@ -45,7 +45,15 @@ DEFAULT_LIMITS = {
     "episode_timeout_s": 300,
     "verify_timeout_s": 30,
     "memory_mb": 512,
+    "observation_mb": 8,
 }
+# The largest observation (JSON plus raw array bytes) a step may return; over it the step is recorded
+# with the reason and the rollout ends errored.
+DEFAULT_OBSERVATION_MB = DEFAULT_LIMITS["observation_mb"]
+OBSERVATION_MB_RANGE = (0.001, 256)
+# How a rollout counts as a success ([success] in environment.toml): one of these rules, or none for
+# the default (the verifier's reward > 0, or the total reward > 0 when there is no verifier).
+SUCCESS_RULES = ("verifier_at_least", "return_at_least")
 DEFAULT_MAX_STEPS = 200
 DEFAULT_HIDDEN_TASK_FIELDS = ["answer", "solution"]
 MEMORY_MB_RANGE = (64, 8192)
@@ -259,6 +267,25 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         if not (_is_int(value) and low <= value <= high):
             problem("memory_mb", f"limits.memory_mb must be an integer from {low} to {high}, not {value!r}", "limits")
 
+    if "observation_mb" in limits:
+        low, high = OBSERVATION_MB_RANGE
+        value = limits["observation_mb"]
+        if not (_is_number(value) and low <= value <= high):
+            problem("observation_mb", f"limits.observation_mb must be a number from {low:g} to {high}, not {value!r}", "limits")
+
+    success = raw.get("success", {})
+    if not isinstance(success, dict):
+        problem("success", "'success' must be a table ([success])")
+    else:
+        unknown = sorted(set(success) - set(SUCCESS_RULES))
+        if unknown:
+            problem(unknown[0], f"[success] knows {' and '.join(SUCCESS_RULES)}, not {', '.join(map(repr, unknown))}", "success")
+        elif len(success) > 1:
+            problem(SUCCESS_RULES[1], f"[success] takes one rule, either {' or '.join(SUCCESS_RULES)}", "success")
+        for key, value in success.items():
+            if key in SUCCESS_RULES and not (_is_number(value) and abs(value) < float("inf")):
+                problem(key, f"success.{key} must be a number, not {value!r}", "success")
+
     hidden = raw.get("hidden_task_fields", DEFAULT_HIDDEN_TASK_FIELDS)
     if not (isinstance(hidden, list) and all(isinstance(field, str) for field in hidden)):
         problem("hidden_task_fields", "'hidden_task_fields' must be a list of strings")
@@ -270,6 +297,7 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     manifest["concurrent_sessions"] = raw.get("concurrent_sessions", DEFAULT_CONCURRENT_SESSIONS)
     manifest["limits"] = {**DEFAULT_LIMITS, **limits}
     manifest["hidden_task_fields"] = list(hidden)
+    manifest["success"] = {key: float(value) for key, value in raw.get("success", {}).items()}
     return manifest, []
 
 

@@ -7,6 +7,7 @@ from studio.api import require
 from studio.inputs import BIGINT_MAX
 
 from . import figures, selectors, services
+from .artifacts import arrays_public
 from .review.selectors import visible_labels
 from .seeds import parse_seeds
 from .models import Agent, AgentKind, Rollout, Run
@@ -136,7 +137,8 @@ def get_rollout(request, rollout_id: int):
         for l in visible_labels(r, request.user)
     ]
     out = RolloutOut.from_orm(r).dict()
-    out.update(reproduction=r.reproduction, initial_observation=r.initial_observation, labels=r.labels_list)
+    out.update(reproduction=r.reproduction, initial_observation=arrays_public(r.initial_observation, rollout_id=r.pk),
+               reset_info=r.reset_info, labels=r.labels_list)
     return out
 
 

@@ -131,7 +131,7 @@ class RolloutConsumer(_TeamScopedConsumer):
                 return
 
     async def send_steps(self, steps: list[dict]) -> None:
-        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [events.step_json(s) for s in steps]})
+        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [events.step_json(s, rollout_id=self.rollout_id) for s in steps]})
         self.last_index = steps[-1]["index"]
 
     async def rollout_steps(self, event):
@@ -239,7 +239,7 @@ def _shared_text(kind: str, event: dict) -> str:
         steps = event["steps"]
         # Timings tell a retried attempt's steps from the first one's with the same indexes.
         key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
-        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [events.step_json(s) for s in steps]}  # noqa: E731
+        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [events.step_json(s, rollout_id=event["rollout_id"]) for s in steps]}  # noqa: E731
     else:
         key = ("status", *(repr(event.get(k)) for k in sorted(event)))
         message = lambda: {"type": "status", **{k: v for k, v in event.items() if k != "type"}}  # noqa: E731

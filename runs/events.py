@@ -15,7 +15,7 @@ import threading
 
 from channels.layers import get_channel_layer
 
-from .artifacts import artifact_url
+from .artifacts import artifact_url, arrays_public
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +65,11 @@ async def _send_many(layer, messages):
 STEP_FIELDS = ("index", "action", "observation", "reward", "terminated", "truncated", "info", "elapsed_ms")
 
 
-def step_json(step: dict) -> dict:
-    """The viewer's shape of a published step dict or a DB row (whose `artifact` is a storage path)."""
+def step_json(step: dict, *, rollout_id: int) -> dict:
+    """The viewer's shape of a published step dict or a DB row (whose `artifact` is a storage path);
+    stored arrays of the observation get their URLs."""
     out = {field: step.get(field) for field in STEP_FIELDS}
+    out["observation"] = arrays_public(out["observation"], rollout_id=rollout_id)
     artifact = step.get("artifact")
     out["artifact_url"] = artifact_url(str(artifact)) if artifact else None
     return out

@@ -6,7 +6,10 @@ The run page, its live updates, `GET /api/v1/runs/{id}` and `run_rollouts --wait
 - done: rollouts in a terminal state other than cancelled (succeeded, failed, errored, timed out);
   cancelled rollouts are counted apart, never as done and never plotted;
 - pending: queued or running; a run is over when nothing is pending;
-- success rate: succeeded / done (an errored or timed-out rollout counts as not succeeded);
+- success rate: succeeded / done (an errored or timed-out rollout counts as not succeeded); a rollout
+  succeeds by its version's rule (`rollout_succeeded`, [success] in environment.toml): the verifier's
+  reward at least `verifier_at_least`, or the return at least `return_at_least`; by default the
+  verifier's reward > 0, or the return > 0 when there is no verifier;
 - two rewards, always named: "return" (the sum of the episode's step rewards) and "verifier" (what the
   environment's verify() judged). A done rollout has a return when its episode ran to its end
   (succeeded or failed) and a verifier reward when verify() gave one; each mean is over the rollouts
@@ -27,6 +30,26 @@ DONE_STATUSES = (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED, RolloutStatus.ER
 PENDING_STATUSES = (RolloutStatus.QUEUED, RolloutStatus.RUNNING)
 # An episode that ran to its end (the environment terminated or truncated it, and verify() answered).
 RETURN_STATUSES = (RolloutStatus.SUCCEEDED, RolloutStatus.FAILED)
+
+
+def rollout_succeeded(rule: dict | None, *, verifier_reward: float | None, total_reward: float) -> bool:
+    """Whether an episode that ran to its end succeeded, by its version's [success] rule."""
+    rule = rule or {}
+    if "return_at_least" in rule:
+        return total_reward >= rule["return_at_least"]
+    if "verifier_at_least" in rule:
+        return verifier_reward is not None and verifier_reward >= rule["verifier_at_least"]
+    return (verifier_reward if verifier_reward is not None else total_reward) > 0
+
+
+def success_rule_text(rule: dict | None) -> str:
+    """The rule in words, shown beside every success rate."""
+    rule = rule or {}
+    if "return_at_least" in rule:
+        return f"return ≥ {rule['return_at_least']:g}"
+    if "verifier_at_least" in rule:
+        return f"verifier reward ≥ {rule['verifier_at_least']:g}"
+    return "verifier reward > 0 (return > 0 without a verifier)"
 
 
 @dataclass
@@ -112,6 +135,7 @@ def run_figures(run: Run) -> dict:
     return {
         "run_id": run.pk,
         "status": run.status,
+        "success_rule": success_rule_text(run.environment_version.manifest.get("success")),
         **overall.figures(),
         "by_difficulty": {key: by_difficulty[key].figures() for key in sorted(by_difficulty, key=_difficulty_order)},
         "by_task": {task_id: by_task[task_id].figures() for task_id in sorted(by_task)},

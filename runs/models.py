@@ -1,10 +1,34 @@
 """Agents, runs, rollouts, their steps, reward labels and annotations."""
+import json
+
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from psycopg.types.json import Json
 
 from environments.models import EnvironmentVersion
 from studio.models import Team
+
+
+class OrderedJSONField(models.JSONField):
+    """JSON stored as written (PostgreSQL `json`): `jsonb` reorders an object's keys and turns -0.0
+    into 0, so observations an agent must see exactly are kept this way. No SQL equality or key
+    lookups on it; psycopg hands it back parsed, with its key order."""
+
+    def db_type(self, connection):
+        return "json"
+
+    def from_db_value(self, value, expression, connection):
+        return json.loads(value) if isinstance(value, (bytes, bytearray)) else value
+
+    def get_db_prep_value(self, value, connection, prepared=False):
+        if not prepared:
+            value = self.get_prep_value(value)
+        return Json(value, dumps=_dumps)
+
+
+def _dumps(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class AgentKind(models.TextChoices):
@@ -98,7 +122,9 @@ class Rollout(models.Model):
     error = models.TextField(blank=True)
     reproduction = models.JSONField(default=dict, blank=True)
     # What reset() returned: the state the agent's first action answers (steps hold what followed).
-    initial_observation = models.JSONField(null=True, blank=True)
+    initial_observation = OrderedJSONField(null=True, blank=True)
+    # What reset() gave beside the observation (Gymnasium's reset info).
+    reset_info = OrderedJSONField(default=dict, blank=True)
     # Why the episode stopped: terminated, truncated, max_steps, cancelled, timeout, error.
     end_reason = models.CharField(max_length=16, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
@@ -134,11 +160,11 @@ class Step(models.Model):
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()
     action = models.JSONField(null=True)
-    observation = models.JSONField(null=True)
+    observation = OrderedJSONField(null=True)
     reward = models.FloatField(default=0.0)
     terminated = models.BooleanField(default=False)
     truncated = models.BooleanField(default=False)
-    info = models.JSONField(default=dict)
+    info = OrderedJSONField(default=dict)
     artifact = models.FileField(upload_to="artifacts/%Y/%m/%d", null=True, blank=True)
     elapsed_ms = models.FloatField(default=0.0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -23,6 +23,7 @@ from django.db import transaction
 from studio.errors import DomainError
 
 from .agents import AgentDone, AgentFailed, AgentStepError
+from .artifacts import array_json_default
 from .egress import EgressRefused, resolve_endpoint_host
 from .models import Agent, AgentSecret
 
@@ -299,7 +300,8 @@ def _body_snippet(response: httpx.Response) -> str:
 
 
 def _as_text(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    # Arrays (image observations) in their inline JSON form (docs/observations.md).
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=array_json_default)
 
 
 class OpenAIPolicy:

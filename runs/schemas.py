@@ -3,7 +3,7 @@ from typing import Any, Literal
 
 from ninja import Field, Schema
 
-from .artifacts import artifact_url
+from .artifacts import artifact_url, arrays_public
 from .models import Step
 
 
@@ -93,6 +93,7 @@ class RolloutOut(Schema):
 class RolloutDetailOut(RolloutOut):
     reproduction: dict
     initial_observation: Any = None
+    reset_info: dict = {}
     labels: list[dict]
 
 
@@ -111,6 +112,12 @@ class StepOut(Schema):
     def resolve_artifact_url(step):
         artifact = step.artifact if isinstance(step, Step) else step.get("artifact")
         return artifact_url(str(artifact)) if artifact else None
+
+    @staticmethod
+    def resolve_observation(step):
+        if isinstance(step, Step):
+            return arrays_public(step.observation, rollout_id=step.rollout_id)
+        return step.get("observation")
 
 
 class StepPage(Schema):

@@ -154,7 +154,7 @@ def rollout_steps_json(request, rollout_id):
     except ValueError:
         return JsonResponse({"detail": "offset and limit must be whole numbers", "field": "offset"}, status=400)
     rows = rollout.steps.filter(index__gte=offset, index__lt=offset + limit).order_by("index").values(*events.STEP_FIELDS, "artifact")
-    return JsonResponse({"offset": offset, "limit": limit, "steps": [events.step_json(r) for r in rows]})
+    return JsonResponse({"offset": offset, "limit": limit, "steps": [events.step_json(r, rollout_id=rollout.pk) for r in rows]})
 
 
 @team_view("read")
@@ -174,7 +174,9 @@ def rollout_state(rollout) -> dict:
     """The live status fields, plus what only the viewer's first load needs."""
     return {
         **events.rollout_status(rollout), "id": rollout.pk, "verifier_error": rollout.verifier_error,
-        "finished": rollout.is_finished, "initial_observation": rollout.initial_observation,
+        "finished": rollout.is_finished,
+        "initial_observation": artifacts.arrays_public(rollout.initial_observation, rollout_id=rollout.pk),
+        "reset_info": rollout.reset_info,
     }
 
 

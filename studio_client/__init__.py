@@ -8,15 +8,44 @@
     observation, reward, terminated, truncated, info = env.step({"tool": "list_items", "arguments": {"category": "tools"}})
 
 Every episode is a session on the server, recorded as a rollout of the team's `remote` agent.
-Only httpx is needed.
+Only httpx is needed. Observations come back as the environment returned them (`from_json`): numpy
+arrays (when numpy is installed) for `{"__ndarray__": ...}`, floats for `{"__float__": ...}`.
 """
+import base64
 import itertools
 import json
 import time
 
 import httpx
 
-__all__ = ["RemoteSession", "StudioClient", "StudioEnv", "StudioError"]
+__all__ = ["RemoteSession", "StudioClient", "StudioEnv", "StudioError", "from_json"]
+
+_FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "-0.0": -0.0}
+
+
+def from_json(value):
+    """A value in the API's JSON forms (docs/observations.md) as the environment returned it:
+    `{"__float__": "nan"}` -> nan, `{"__ndarray__": {"dtype", "shape", "data" | "base64"}}` -> a numpy
+    array (kept as it is without numpy, or when it is only a stored reference with a "url")."""
+    if isinstance(value, list):
+        return [from_json(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        if "__float__" in value and value["__float__"] in _FLOATS:
+            return _FLOATS[value["__float__"]]
+        array = value.get("__ndarray__")
+        if isinstance(array, dict) and ("data" in array or "base64" in array):
+            try:
+                import numpy
+            except ImportError:
+                return value
+            dtype = numpy.dtype(array["dtype"])
+            if "base64" in array:
+                raw = numpy.frombuffer(base64.b64decode(array["base64"]), dtype=dtype.newbyteorder("<"))
+                return raw.astype(dtype).reshape(array["shape"])
+            return numpy.asarray(array["data"], dtype=dtype).reshape(array["shape"])
+    return {key: from_json(item) for key, item in value.items()}
 
 FINISHED_RUN_STATUSES = ("finished", "cancelled")
 
@@ -107,7 +136,8 @@ class RemoteSession:
     def _open(self) -> None:
         started = self.client.request("POST", "/sessions", {"version": self.version, "task_id": self.task_id, "seed": self.seed})
         self.id, self.rollout_id, self.run_id = started["session_id"], started["rollout_id"], started["run_id"]
-        self.observation, self.tools, self.action_space = started["observation"], started["tools"], started["action_space"]
+        self.observation, self.tools, self.action_space = from_json(started["observation"]), started["tools"], started["action_space"]
+        self.reset_info = from_json(started.get("reset_info") or {})
         self.steps, self.closed, self.result = 0, False, None
 
     def reset(self):
@@ -115,15 +145,15 @@ class RemoteSession:
         if self.steps or self.closed:
             self.close()
             self._open()
-        return self.observation, {"tools": self.tools, "action_space": self.action_space, "rollout_id": self.rollout_id,
-                                  "session_id": self.id}
+        return self.observation, {**self.reset_info, "tools": self.tools, "action_space": self.action_space,
+                                  "rollout_id": self.rollout_id, "session_id": self.id}
 
     def step(self, action):
         """(observation, reward, terminated, truncated, info), as Gymnasium's step."""
         result = self.client.request("POST", f"/sessions/{self.id}/step", {"action": action})
         self.steps += 1
-        self.observation = result["observation"]
-        return result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"]
+        self.observation = from_json(result["observation"])
+        return self.observation, result["reward"], result["terminated"], result["truncated"], from_json(result["info"])
 
     def close(self) -> dict | None:
         """Verify and finish the rollout; returns its status, verifier reward and reason (once)."""

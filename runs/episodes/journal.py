@@ -10,6 +10,7 @@ import logging
 
 import redis
 
+from ..artifacts import array_json_default
 from . import routing
 
 logger = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ def journal_key(rollout_id: int) -> str:
 
 def journal_append(r, *, rollout_id: int, step: dict) -> None:
     """Append a step (`r`: a client, or a pipeline whose reply must follow it)."""
-    r.rpush(journal_key(rollout_id), json.dumps(step, separators=(",", ":"), ensure_ascii=False, default=str))
+    r.rpush(journal_key(rollout_id), json.dumps(step, separators=(",", ":"), ensure_ascii=False, default=array_json_default))
 
 
 def journal_trim(r: redis.Redis, trims: list[tuple[int, int]]) -> None:

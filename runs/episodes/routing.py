@@ -21,6 +21,8 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ..artifacts import array_json_default
+
 HOST_TTL_S = 3.0
 # A host is declared dead only after its presence key has been missing this long, and a start waits
 # this long for some host to be serving.
@@ -284,7 +286,7 @@ def send_reply(r: redis.Redis, request_id: str, payload: dict, *, pipe=None) -> 
     """Answer a request; `pipe` may already hold commands that must take effect first (a journal)."""
     key = reply_key(request_id)
     pipe = pipe if pipe is not None else r.pipeline(transaction=False)
-    pipe.rpush(key, json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str))
+    pipe.rpush(key, json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=array_json_default))
     pipe.expire(key, REPLY_TTL_S)
     pipe.execute()
 

@@ -18,8 +18,9 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from .. import services as run_services
-from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url
-from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus
+from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
+from ..figures import rollout_succeeded
+from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
 from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeError
 from ..sandbox.backends import sandbox_for
 from ..sandbox.shared import SharedKey, shared_sandboxes
@@ -97,6 +98,7 @@ class Episode:
         self.writer = StepWriter(setup.rollout)
         self.observation = None
         self.info: dict = {}
+        self.reset_info: dict = {}
         self.done = False
         self.end_reason = ""
         self.finished = False
@@ -195,7 +197,10 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
     episode.observation = observation
-    Rollout.objects.filter(pk=rollout.pk).update(initial_observation=observation)
+    episode.reset_info = reset_info = getattr(sandbox, "reset_info", None) or {}
+    Rollout.objects.filter(pk=rollout.pk).update(
+        initial_observation=arrays_store(rollout_id=rollout.pk, stem="reset", value=observation), reset_info=reset_info,
+    )
     artifact = getattr(sandbox, "last_artifact", None)
     if artifact:
         episode.artifact_url = artifact_url(artifact_store(rollout_id=rollout.pk, index=0, artifact=artifact, stem="reset"))
@@ -226,6 +231,11 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
     if agent_record:
         info = {**info, "agent": agent_record} if isinstance(info, dict) else {"env_info": info, "agent": agent_record}
     terminated, truncated = bool(terminated), bool(truncated)
+    observation_error = getattr(sandbox, "observation_error", None)
+    if observation_error:
+        # Over the version's observation limit: the step is recorded with the reason (the agent
+        # cannot act without its observation), then the episode ends errored, saying why.
+        info = {**info, "observation_error": observation_error} if isinstance(info, dict) else {"env_info": info, "observation_error": observation_error}
     if terminated or truncated:
         episode.done, episode.end_reason = True, "terminated" if terminated else "truncated"
     elif index + 1 >= episode.setup.max_steps:
@@ -246,6 +256,9 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
         step[ARTIFACT_KEY] = artifact
     writer.add(step)
     episode.observation, episode.info = observation, info
+    if observation_error:
+        raise episode_fail(episode=episode, fault=EpisodeFault(
+            RolloutStatus.ERRORED, f"{episode.label} step {index}: {observation_error}", "error"))
     return step
 
 
@@ -294,6 +307,8 @@ def episode_fail(*, episode: Episode, fault: EpisodeFault) -> EpisodeFault:
     closed, the rollout written. Returns the fault, so a driver can `raise episode_fail(...)`."""
     if not episode.finished:
         try:
+            if fault.end_reason == "timeout":
+                _truncate_last_step(episode)
             if episode.writer.pending:
                 episode.writer.flush()
         except LostOwnership:
@@ -303,6 +318,17 @@ def episode_fail(*, episode: Episode, fault: EpisodeFault) -> EpisodeFault:
             logger.exception("flushing the last steps of rollout %s failed", episode.rollout.pk)
         _end(episode, _outcome(episode.setup, fault.status, fault.end_reason, error=fault.reason))
     return fault
+
+
+def _truncate_last_step(episode: Episode) -> None:
+    """The time limit cut the episode: its last recorded step says truncated, as Gymnasium's
+    TimeLimit would (a learner bootstraps from it rather than treating it as terminal)."""
+    writer = episode.writer
+    if writer.pending:
+        last = writer.pending[-1]
+        last["truncated"] = last["truncated"] or not last["terminated"]
+    elif writer.step_count:
+        Step.objects.filter(rollout_id=episode.rollout.pk, index=writer.step_count - 1, terminated=False).update(truncated=True)
 
 
 def _end(episode: Episode, outcome: EpisodeOutcome) -> Rollout:
@@ -338,14 +364,15 @@ def _verify(episode: Episode, outcome: EpisodeOutcome) -> None:
         outcome.status = RolloutStatus.ERRORED
         outcome.error = f"verifier failed: {text}"
         return
+    succeeded = rollout_succeeded(setup.version.manifest.get("success"), verifier_reward=reward, total_reward=writer.total_reward)
     if reward is None:
         outcome.verifier_reason = reason
-        outcome.status = RolloutStatus.SUCCEEDED if writer.total_reward > 0 else RolloutStatus.FAILED
+        outcome.status = RolloutStatus.SUCCEEDED if succeeded else RolloutStatus.FAILED
         outcome.proposed_value = writer.total_reward
         outcome.proposed_rationale = f"{reason}: proposed from the episode's total reward"
         return
     outcome.verifier_reward, outcome.verifier_reason = reward, reason
-    outcome.status = RolloutStatus.SUCCEEDED if reward > 0 else RolloutStatus.FAILED
+    outcome.status = RolloutStatus.SUCCEEDED if succeeded else RolloutStatus.FAILED
     outcome.proposed_value = reward
     outcome.proposed_rationale = reason
 

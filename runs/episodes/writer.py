@@ -81,10 +81,10 @@ class StepWriter:
 _STEP_TABLE = Step._meta.db_table
 _INSERT_STEPS_SQL = f"""
     INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
-    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, s.artifact, now()
-    FROM jsonb_to_recordset(%s::jsonb) AS s(
-        "index" integer, action jsonb, observation jsonb, reward double precision,
-        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
+    SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::json), s.elapsed_ms, s.artifact, now()
+    FROM json_to_recordset(%s::json) AS s(
+        "index" integer, action jsonb, observation json, reward double precision,
+        terminated boolean, truncated boolean, info json, elapsed_ms double precision, artifact varchar)
     ON CONFLICT (rollout_id, "index") DO NOTHING
 """
 
@@ -98,7 +98,8 @@ def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
 
 
 def _steps_document(rows: list[dict]) -> str:
-    """Step rows as one JSON document for jsonb_to_recordset."""
+    """Step rows as one JSON document for json_to_recordset (`json`, not `jsonb`: an observation
+    keeps its key order and its -0.0)."""
     document = json.dumps(rows, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if "\\u0000" in document:
         document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
@@ -107,10 +108,10 @@ def _steps_document(rows: list[dict]) -> str:
 
 _INSERT_MANY_SQL = f"""
     INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
-    SELECT s.rollout_id, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::jsonb), s.elapsed_ms, s.artifact, now()
-    FROM jsonb_to_recordset(%s::jsonb) AS s(
-        rollout_id bigint, "index" integer, action jsonb, observation jsonb, reward double precision,
-        terminated boolean, truncated boolean, info jsonb, elapsed_ms double precision, artifact varchar)
+    SELECT s.rollout_id, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::json), s.elapsed_ms, s.artifact, now()
+    FROM json_to_recordset(%s::json) AS s(
+        rollout_id bigint, "index" integer, action jsonb, observation json, reward double precision,
+        terminated boolean, truncated boolean, info json, elapsed_ms double precision, artifact varchar)
     JOIN jsonb_to_recordset(%s::jsonb) AS o(id bigint, attempts integer) ON o.id = s.rollout_id
     WHERE EXISTS (SELECT 1 FROM {Rollout._meta.db_table} AS r
                   WHERE r.id = o.id AND r.attempts = o.attempts AND r.status = %s)

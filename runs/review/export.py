@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from django.db import connection
 
+from ..artifacts import arrays_inline
 from ..models import LabelDecision, Run
 from ..selectors import with_current_label
 from .selectors import rollouts_owed_by
@@ -27,7 +28,7 @@ CHUNK_STEPS = 20_000
 
 ROLLOUT_FIELDS = (
     "id", "run_id", "task_id", "seed", "repeat", "status", "end_reason", "total_reward", "verifier_reward",
-    "verifier_reason", "initial_observation", "step_count",
+    "verifier_reason", "initial_observation", "reset_info", "step_count",
 )
 STEPS_SQL = (
     "SELECT rollout_id, index, action::text, observation::text, reward, terminated, truncated, info::text "
@@ -158,6 +159,14 @@ def _json_text(text: str | None) -> str:
     return "null" if text is None else text
 
 
+def _observation_text(rollout_id: int, text: str | None) -> str:
+    """An observation's JSON text, with any stored arrays read back inline (an export is
+    self-contained: it holds the very arrays the agent saw). Only those observations are parsed."""
+    if text is None or '"artifact"' not in text or '"__ndarray__"' not in text:
+        return _json_text(text)
+    return _dump(arrays_inline(json.loads(text), rollout_id=rollout_id))
+
+
 def _trajectory_line(head, row, steps, label, annotations) -> str:
     meta = {
         "environment": head["environment"],
@@ -178,10 +187,11 @@ def _trajectory_line(head, row, steps, label, annotations) -> str:
         # Who gave the current label, when and why (the full trail is GET /rollouts/{id}/labels).
         "label_by": label[1] if label else None,
         "annotations": annotations,
-        "initial_observation": row["initial_observation"],
+        "initial_observation": arrays_inline(row["initial_observation"], rollout_id=row["id"]),
+        "reset_info": row["reset_info"],
     }
     step_text = ",".join(
-        f'{{"index":{index},"action":{_json_text(action)},"observation":{_json_text(observation)},'
+        f'{{"index":{index},"action":{_json_text(action)},"observation":{_observation_text(row["id"], observation)},'
         f'"reward":{_dump(reward)},"terminated":{"true" if terminated else "false"},'
         f'"truncated":{"true" if truncated else "false"},"info":{_json_text(info)}}}'
         for _, index, action, observation, reward, terminated, truncated, info in steps
@@ -210,9 +220,10 @@ def _chat_line(head, row, steps, label, annotations) -> str:
     (or plain content when the env takes no tool calls) answered by a tool (or user) message."""
     messages = [
         {"role": "system", "content": f"You act in the environment {head['version']} (task {row['task_id']})."},
-        {"role": "user", "content": _dump(row["initial_observation"])},
+        {"role": "user", "content": _dump(arrays_inline(row["initial_observation"], rollout_id=row["id"]))},
     ]
     for _, index, action_text, observation_text, *_rest in steps:
+        observation_text = _observation_text(row["id"], observation_text)
         action = json.loads(action_text) if action_text is not None else None
         call = _tool_call(action)
         if call is not None:

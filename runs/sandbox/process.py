@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from environments.package import DEFAULT_OBSERVATION_MB
+
 from . import protocol
 from .cgroups import SandboxCgroup
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
@@ -133,6 +135,7 @@ class SandboxLimits:
     nproc: int = 32
     fsize_mb: int = 16
     nofile: int = 256
+    observation_mb: float = DEFAULT_OBSERVATION_MB  # the runner refuses larger observations
     # Browser kind: Chromium reserves tens of GB of address space, so memory_mb caps each process's
     # data segment (RLIMIT_DATA) instead of RLIMIT_AS, and its threads need far more than 32 tasks.
     browser: bool = False
@@ -153,6 +156,7 @@ class SandboxLimits:
             "nproc": self.nproc,
             "fsize_mb": self.fsize_mb,
             "nofile": self.nofile,
+            "observation_mb": self.observation_mb,
         }
         if self.browser:
             limits["browser"] = True
@@ -391,6 +395,19 @@ def _first_child(pid: int | None, wait_s: float = 0.0) -> int | None:
     return None
 
 
+F_SETPIPE_SZ = 1031
+PROTOCOL_PIPE_BYTES = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    """Give a protocol pipe room for a whole image frame (the default 64 KB makes a 100 KB frame
+    cost several wake-ups of both processes); where the kernel refuses, the default stays."""
+    try:
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PROTOCOL_PIPE_BYTES)
+    except OSError:
+        pass
+
+
 def _validated_relative(name: str) -> Path:
     path = Path(name)
     if not name or path.is_absolute() or any(part in ("", ".", "..") for part in path.parts):
@@ -445,6 +462,8 @@ class ProcessSandbox:
         # A side result of the latest reset/step, kept out of the observation: a browser env's
         # screenshot {"type": "image/jpeg", "base64": ...}; the worker stores it as the step's file.
         self.last_artifact: dict | None = None
+        self.reset_info: dict = {}
+        self.observation_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -553,6 +572,8 @@ class ProcessSandbox:
                 os.close(fd)
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(stream.fileno(), False)
+        for stream in (self._proc.stdin, self._proc.stdout):
+            widen_pipe(stream.fileno())
         self._stderr_open = True
         self.facts = {
             "backend": self.backend, "uid": self.uid, "uid_switched": self.uid_switched, "notes": notes,
@@ -697,6 +718,7 @@ class ProcessSandbox:
         if self.mode == "env":
             self.action_space = result.get("action_space")
             self.last_artifact = result.get("artifact")
+            self.reset_info = result.get("info") or {}
             return result["observation"]
         return None
 
@@ -705,6 +727,8 @@ class ProcessSandbox:
         self.last_artifact = None
         result = self._call("step", self.limits.step_timeout_s, action=action)
         self.last_artifact = result.get("artifact")
+        # An observation over the version's limit: the step is real, its observation is not sent.
+        self.observation_error = result.get("observation_error")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:
@@ -783,20 +807,17 @@ class ProcessSandbox:
         out_fd = self._proc.stdout.fileno()
         err_fd = self._proc.stderr.fileno()
         while True:
-            newline = self._buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self._buffer[:newline])
-                del self._buffer[: newline + 1]
+            try:
+                # Arrays come as binary frames after the line; `{"__float__": ...}` stays as it is
+                # (that is how it is stored and served).
+                message = protocol.take_message(self._buffer)
+            except protocol.ProtocolError as exc:
+                self._kill()
+                raise SandboxProtocolError(f"{self.label} {op}(): sandbox broke the protocol: {exc}") from None
+            if message is not None:
                 # Anything printed before the answer is already in the pipe: keep stderr_tail in order.
                 self._drain_stderr(0)
-                try:
-                    return protocol.decode(line)
-                except protocol.ProtocolError as exc:
-                    self._kill()
-                    raise SandboxProtocolError(f"{self.label} {op}(): sandbox broke the protocol: {exc}") from None
-            if len(self._buffer) > protocol.MAX_LINE_BYTES:
-                self._kill()
-                raise SandboxProtocolError(f"{self.label} {op}(): sandbox sent a line over {protocol.MAX_LINE_BYTES} bytes")
+                return message
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._timed_out(timeout_reason)
@@ -834,7 +855,7 @@ class ProcessSandbox:
     @staticmethod
     def _read(fd: int) -> bytes | None:
         try:
-            return os.read(fd, 1 << 16)
+            return os.read(fd, PROTOCOL_PIPE_BYTES)
         except BlockingIOError:
             return None  # spurious wake-up; poll again
         except OSError as exc:

@@ -41,16 +41,26 @@ class ContractError(Exception):
     """User code returned something the environment contract does not allow."""
 
 
-def _fallback_jsonable(value):
-    """Used only when the SDK is not importable: plain JSON types, numpy through tolist()/item()."""
+class LimitExceeded(Exception):
+    """User code returned something over a size limit of its version."""
+
+
+DEFAULT_OBSERVATION_MB = 8  # environments/package.py's default; the worker sends the version's own
+
+
+def _fallback_jsonable(value, keep_arrays=False):
+    """Used only when the SDK is not importable: plain JSON types, numpy through tolist()/item(), the
+    floats JSON cannot carry as protocol envelopes, arrays kept as arrays for the observation."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else None
+        return protocol.float_envelope(value) or value
     if isinstance(value, dict):
-        return {str(k): _fallback_jsonable(v) for k, v in value.items()}
+        return {str(k): _fallback_jsonable(v, keep_arrays) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_fallback_jsonable(v) for v in value]
+        return [_fallback_jsonable(v, keep_arrays) for v in value]
+    if keep_arrays and protocol.is_wire_array(value) and getattr(value, "ndim", 0):
+        return value
     if hasattr(value, "tolist"):
         return _fallback_jsonable(value.tolist())
     if hasattr(value, "item"):
@@ -59,11 +69,12 @@ def _fallback_jsonable(value):
 
 
 def _load_jsonable():
+    """(jsonable, encodable) from the SDK, or the fallback's pair."""
     try:
-        from studio_sdk import jsonable
+        from studio_sdk import encodable, jsonable
     except ImportError:
-        return _fallback_jsonable
-    return jsonable
+        return _fallback_jsonable, lambda value: _fallback_jsonable(value, True)
+    return jsonable, encodable
 
 
 def _version_of(module_name):
@@ -129,7 +140,9 @@ class Runner:
         self.episodes = {}  # episode id -> its own environment instance (shared sandboxes)
         self.workdir = os.getcwd()
         self.limits = {}
+        self.observation_bytes = int(DEFAULT_OBSERVATION_MB * 1e6)
         self.jsonable = _fallback_jsonable
+        self.encodable = lambda value: _fallback_jsonable(value, True)
 
     # -- user-code errors -------------------------------------------------------------------------
 
@@ -156,6 +169,27 @@ class Runner:
         except (TypeError, ValueError) as exc:
             raise ContractError(f"{what} is not JSON: {exc}") from None
 
+    def observation(self, value, what):
+        """The observation as it crosses (arrays kept for binary frames), and the reason it may not:
+        over the version's `[limits] observation_mb` (None when it fits)."""
+        try:
+            value = self.encodable(value)
+            size = protocol.encoded_size(value)
+        except (TypeError, ValueError) as exc:
+            raise ContractError(f"{what} is not JSON: {exc}") from None
+        reason = protocol.over_limit(size, self.observation_bytes, what)
+        if reason:
+            return None, f"{reason} ([limits] observation_mb = {self.observation_bytes / 1e6:g})"
+        return value, None
+
+    def info(self, value, what):
+        info = self.json(value, what) if value is not None else {}
+        size = protocol.encoded_size(info)
+        reason = protocol.over_limit(size, protocol.MAX_INFO_BYTES, what)
+        if reason:
+            raise LimitExceeded(reason)
+        return info
+
     # -- ops ----------------------------------------------------------------------------------------
 
     def op_load(self, message):
@@ -171,8 +205,11 @@ class Runner:
         os.environ["HOME"] = self.workdir
         os.environ["TMPDIR"] = self.workdir
         sys.path.insert(0, self.workdir)
-        self.limits = apply_limits(message.get("limits") or {})
-        self.jsonable = _load_jsonable()
+        requested = message.get("limits") or {}
+        self.limits = apply_limits(requested)
+        if isinstance(requested.get("observation_mb"), (int, float)) and requested["observation_mb"] > 0:
+            self.observation_bytes = int(requested["observation_mb"] * 1e6)
+        self.jsonable, self.encodable = _load_jsonable()
         if mode == "env" and message.get("seed_secret"):
             try:
                 from studio_sdk import set_seed_secret
@@ -254,9 +291,13 @@ class Runner:
             action_space = self.json(getattr(env, "action_space", None), "action_space")
         except Exception:
             action_space = None
+        observation, too_large = self.observation(observation, "reset() observation")
+        if too_large:
+            raise LimitExceeded(too_large)
         result = {
-            "observation": protocol.bounded(self.json(observation, "reset() observation")),
+            "observation": observation,
             "action_space": action_space,
+            "info": self.info(getattr(env, "reset_info", None), "reset info"),
         }
         return self._with_artifact(env, result)
 
@@ -274,17 +315,18 @@ class Runner:
             reward = float(reward)
         except (TypeError, ValueError):
             raise ContractError(f"step() reward must be a number, got {type(reward).__name__}") from None
-        info = self.json(info, "step() info") if info is not None else {}
-        return self._with_artifact(
-            env,
-            {
-                "observation": protocol.bounded(self.json(observation, "step() observation")),
-                "reward": reward if reward == reward and abs(reward) != float("inf") else None,
-                "terminated": bool(terminated),
-                "truncated": bool(truncated),
-                "info": protocol.bounded(info, protocol.MAX_INFO_BYTES, "info"),
-            }
-        )
+        observation, too_large = self.observation(observation, "step() observation")
+        result = {
+            "observation": observation,
+            "reward": reward if reward == reward and abs(reward) != float("inf") else None,
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "info": self.info(info, "step() info"),
+        }
+        if too_large:
+            # The rest of the step is real: the worker records it with the reason and ends the episode.
+            result["observation_error"] = too_large
+        return self._with_artifact(env, result)
 
     def _with_artifact(self, env, result):
         """Add the env's side result of this call (`take_artifact()`: a screenshot) when it has one."""
@@ -361,12 +403,12 @@ def _netns():
 
 def _write(message):
     try:
-        line = protocol.encode(message)
+        data = protocol.encode(message)
     except (TypeError, ValueError) as exc:
         # Not JSON (NaN, a stray object) or over the line limit: say so rather than break the pipe.
         kind = protocol.KIND_LIMIT if isinstance(exc, protocol.ProtocolError) else protocol.KIND_CONTRACT
-        line = protocol.encode(protocol.error(f"result could not be sent: {exc}", kind))
-    view = memoryview(line)
+        data = protocol.encode(protocol.error(f"result could not be sent: {exc}", kind))
+    view = memoryview(data)
     while view:
         written = os.write(_PROTOCOL_OUT, view)
         view = view[written:]
@@ -391,14 +433,18 @@ def main(argv):
     runner = Runner()
     reader = open(_PROTOCOL_IN, "rb", buffering=65536)
     while True:
-        line = reader.readline(protocol.MAX_LINE_BYTES + 1)
-        if not line:
-            break  # the worker went away
-        if not line.endswith(b"\n"):
-            _write(protocol.error("request line too long or cut short", protocol.KIND_PROTOCOL))
-            break
         try:
-            message = protocol.decode(line)
+            # User code gets real floats back from {"__float__": ...} and numpy arrays from frames.
+            message = protocol.read_message(reader, floats=True)
+        except protocol.FramingError as exc:
+            _write(protocol.error(exc, protocol.KIND_PROTOCOL))
+            break
+        except protocol.ProtocolError as exc:
+            _write(protocol.error(exc, protocol.KIND_PROTOCOL))
+            continue
+        if message is None:
+            break  # the worker went away
+        try:
             op = message.get("op")
             handler = getattr(runner, f"op_{op}", None) if op in protocol.OPS else None
             if handler is None:
@@ -414,6 +460,8 @@ def main(argv):
             response = protocol.error(exc, protocol.KIND_PROTOCOL)
         except ContractError as exc:
             response = protocol.error(exc, protocol.KIND_CONTRACT)
+        except LimitExceeded as exc:
+            response = protocol.error(exc, protocol.KIND_LIMIT)
         except BaseException as exc:  # noqa: BLE001 - any failure of user code, SystemExit included
             response = protocol.error(runner.describe_exception(exc), protocol.KIND_EXCEPTION)
         _write(response)

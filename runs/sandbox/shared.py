@@ -263,6 +263,8 @@ class EpisodeLease:
         self._backend = backend
         self.action_space: dict | None = None
         self.last_artifact: dict | None = None
+        self.reset_info: dict = {}
+        self.observation_error: str | None = None
         self.reset_sent = False  # the runner may hold an instance for this episode (reset may have raised)
         self.was_reset = False
         self._episode_deadline: float | None = None
@@ -320,6 +322,7 @@ class EpisodeLease:
         self._check_deadline("reset")
         self.action_space = result.get("action_space")
         self.last_artifact = result.get("artifact")
+        self.reset_info = result.get("info") or {}
         return result["observation"]
 
     def step(self, action: Any) -> StepResult:
@@ -328,6 +331,7 @@ class EpisodeLease:
         result = self.group.request(self, "step", self.limits.step_timeout_s, action=action)
         self._check_deadline("step")
         self.last_artifact = result.get("artifact")
+        self.observation_error = result.get("observation_error")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:

@@ -14,6 +14,7 @@ class SessionOut(Schema):
     rollout_id: int
     run_id: int
     observation: Any = None
+    reset_info: dict = {}
     tools: list[dict] = []
     action_space: Any = None
 

@@ -138,6 +138,15 @@
     scheduleLatest();
   }
 
+  // The first image-like stored array of an observation ({"__ndarray__": {dtype: "uint8", url: "….png"}}).
+  function firstImage(v) {
+    if (!v || typeof v !== "object") return null;
+    const a = v.__ndarray__;
+    if (a && typeof a === "object" && a.dtype === "uint8" && typeof a.url === "string" && a.url.endsWith(".png")) return a;
+    for (const x of Array.isArray(v) ? v : Object.values(v)) { const found = firstImage(x); if (found) return found; }
+    return null;
+  }
+
   let latestFrame = null;
   function scheduleLatest() { if (!latestFrame) latestFrame = setTimeout(() => { latestFrame = null; renderLatest(); }, 150); }
   function renderLatest() {
@@ -151,6 +160,8 @@
         el("div", { class: "small" }, el("span", { class: "muted", text: "action" }), " ", el("code", { text: short(step.action, 80) })),
         el("div", { class: "small" }, el("span", { class: "muted", text: "obs" }), " ", el("code", { text: short(step.observation) })));
       if (step.artifact_url) item.append(el("img", { class: "live-shot", src: step.artifact_url, alt: `screenshot of step ${step.index}` }));
+      const frame = firstImage(step.observation);
+      if (frame) item.append(el("img", { class: "live-shot pixelated", src: frame.url, alt: `observation of step ${step.index}` }));
       return item;
     }));
   }

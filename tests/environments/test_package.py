@@ -285,7 +285,8 @@ def test_parse_manifest_fills_defaults():
     manifest = parse_manifest(package())
     assert manifest["name"] == "Demo"
     assert manifest["max_steps"] == 200
-    assert manifest["limits"] == {"step_timeout_s": 10, "episode_timeout_s": 300, "verify_timeout_s": 30, "memory_mb": 512}
+    assert manifest["limits"] == {"step_timeout_s": 10, "episode_timeout_s": 300, "verify_timeout_s": 30, "memory_mb": 512, "observation_mb": 8}
+    assert manifest["success"] == {}
     assert manifest["hidden_task_fields"] == ["answer", "solution"]
 
 

@@ -8,6 +8,7 @@ import random
 import gymnasium
 import numpy as np
 import pytest
+from runs.sandbox import protocol
 from studio_sdk import Environment, GymnasiumEnvironment, StepResult, jsonable, sample_action, tool
 
 
@@ -149,14 +150,15 @@ def rollout_directly(env_id, kwargs, seed, actions):
 def rollout_through_adapter(env_id, kwargs, seed, actions):
     env = GymnasiumEnvironment(env_id)
     task = {"id": "t", "kwargs": kwargs}
-    trace, episode = [env.reset(task, seed)], 0
+    trace, episode = [jsonable(env.reset(task, seed))], 0
     for action in actions:
         observation, reward, terminated, truncated, info = env.step(action)
-        json.dumps([observation, reward, terminated, truncated, info])  # everything is plain JSON
-        trace.append((observation, reward, terminated, truncated))
+        # Everything crosses the sandbox boundary: JSON, with arrays as binary frames.
+        protocol.encode({"result": [observation, reward, terminated, truncated, info]})
+        trace.append((jsonable(observation), reward, terminated, truncated))
         if terminated or truncated:
             episode += 1
-            trace.append(env.reset(task, seed + episode))
+            trace.append(jsonable(env.reset(task, seed + episode)))
     env.close()
     return trace
 
@@ -196,11 +198,13 @@ def test_adapter_describes_discrete_and_box_action_spaces():
 
 def test_adapter_turns_json_lists_into_box_actions():
     adapter, direct = GymnasiumEnvironment("Pendulum-v1"), gymnasium.make("Pendulum-v1")
-    assert adapter.reset({"id": "t"}, 5) == jsonable(direct.reset(seed=5)[0])
+    first, expected_first = adapter.reset({"id": "t"}, 5), direct.reset(seed=5)[0]
+    # The observation stays Gymnasium's own array: same dtype, shape and bits.
+    assert first.dtype == expected_first.dtype and first.tobytes() == expected_first.tobytes()
     for torque in (0.5, -1.25, 2.0):
         observation, reward, *_ = adapter.step([torque])
         expected_observation, expected_reward, *_ = direct.step(np.array([torque], dtype=np.float32))
-        assert observation == jsonable(expected_observation)
+        assert observation.dtype == np.float32 and observation.tobytes() == expected_observation.tobytes()
         assert reward == float(expected_reward)
 
 

@@ -19,7 +19,7 @@ def seed(*args) -> str:
 def test_seed_demo_loads_the_solving_and_gaming_agents_of_the_demo_packages():
     seed("--no-runs")
     names = set(Agent.objects.filter(team__slug="demo").values_list("name", flat=True))
-    assert {"guess-number solver", "web-form solver", "web-form gamer", "web-shop gamer"} <= names
+    assert {"guess-number solver", "web-form solver", "web-form gamer", "web-shop gamer", "pixel-catch solver"} <= names
     assert not Run.objects.exists()
 
 

@@ -111,7 +111,7 @@ def test_a_screenshot_the_worker_writes_is_in_the_storage_and_every_viewer_gets_
 
     url = f"/artifacts/rollouts/{running_rollout.pk}/00000.jpg"
     assert artifact_url(row.artifact.name) == url
-    assert events.step_json(published)["artifact_url"] == url  # live, over the websocket
+    assert events.step_json(published, rollout_id=running_rollout.pk)["artifact_url"] == url  # live, over the websocket
     client = login(owner)
     replay = client.get(f"/t/{team.slug}/rollouts/{running_rollout.pk}/steps.json").json()
     assert replay["steps"][0]["artifact_url"] == url

@@ -190,7 +190,7 @@ def test_random_agent_without_anything_to_sample_errors_readably(team, owner):
     assert rollout.status == RolloutStatus.ERRORED and "no action_space and no tools" in rollout.error
 
 
-def test_huge_observation_is_stored_as_the_sandbox_truncation_note(team, owner):
+def test_a_large_observation_under_the_versions_limit_is_stored_whole_never_replaced_by_a_note(team, owner):
     version = package_version(team, owner, "bigmouth", """
         class Env:
             action_space = {"type": "discrete", "n": 2}
@@ -201,8 +201,7 @@ def test_huge_observation_is_stored_as_the_sandbox_truncation_note(team, owner):
     """)
     rollout = play_one(team, owner, version, random_agent(team, owner))
     assert rollout.status == RolloutStatus.SUCCEEDED
-    observation = rollout.steps.get().observation
-    assert observation["truncated"] is True and "256 KB" in observation["note"]
+    assert rollout.steps.get().observation == "x" * 400_000
 
 
 def test_a_broken_channel_layer_does_not_break_the_rollout(team, owner, monkeypatch):

@@ -5,6 +5,7 @@ import socket
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from runs.sandbox import SandboxCrashed, SandboxTimeout, UserCodeError
@@ -366,22 +367,60 @@ def test_agent_cannot_read_the_environment_files(start_sandbox, counter_env):
     assert "SECRET_ANSWER" not in repr(seen)
 
 
-def test_observation_over_256_kb_becomes_a_truncation_note(start_sandbox, env_source):
+def test_an_observation_over_the_versions_limit_is_refused_by_name_and_the_sandbox_goes_on(start_sandbox, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
-            return "y" * 300_000
+            self.n = 0
+            return "y" * task.get("size", 10)
 
         def step(self, action):
-            return list(range(100)), 0.0, True, False, {"blob": "z" * 300_000}
+            self.n += 1
+            info = {"blob": "z" * 300_000} if action == 2 else {}
+            return "x" * (300_000 if action == 1 else 10), 1.0, False, False, info
         """
     )
-    sandbox = start_sandbox({"env.py": source})
-    observation = sandbox.reset({"id": "t"}, seed=0)
-    assert observation == {"truncated": True, "note": "observation was 300002 bytes, over the 256 KB limit"}
-    step = sandbox.step(0)
-    assert step.observation == list(range(100))
-    assert step.info["truncated"] is True and "info was" in step.info["note"]
+    sandbox = start_sandbox({"env.py": source}, observation_mb=0.2)
+    with pytest.raises(UserCodeError, match=r"reset\(\) observation is 0.3 MB, over the limit of 0.2 MB") as caught:
+        sandbox.reset({"id": "t", "size": 300_000}, seed=0)
+    assert caught.value.kind == "limit"
+    assert sandbox.reset({"id": "t"}, seed=0) == "y" * 10
+    step = sandbox.step(1)  # the step is real; its observation is not sent, and says why
+    assert step.observation is None and step.reward == 1.0
+    assert sandbox.observation_error == "step() observation is 0.3 MB, over the limit of 0.2 MB ([limits] observation_mb = 0.2)"
+    with pytest.raises(UserCodeError, match=r"step\(\) info is 0.3 MB, over the limit of 0.262144 MB"):
+        sandbox.step(2)
+    assert sandbox.step(0).observation == "x" * 10 and sandbox.observation_error is None
+
+
+def test_arrays_and_odd_floats_cross_to_an_agent_and_back_exactly(start_sandbox, env_source):
+    source = env_source(
+        """
+        def reset(self, task, seed):
+            import numpy as np
+            return {"b": np.arange(12, dtype=np.float64).reshape(3, 4) * -0.0, "a": float("nan"), "frame": np.full((210, 160, 3), 7, np.uint8)}
+
+        def step(self, action):
+            return action, 0.0, True, False, {}
+        """
+    )
+    env = start_sandbox({"env.py": source})
+    observation = env.reset({"id": "t"}, seed=0)
+    assert list(observation) == ["b", "a", "frame"] and observation["a"] == {"__float__": "nan"}
+    assert observation["frame"].shape == (210, 160, 3) and observation["frame"].dtype == np.uint8
+    assert np.signbit(observation["b"]).sum() == 12  # every -0.0 kept
+    agent_code = textwrap.dedent(
+        """
+        import math
+
+        def act(observation, info):
+            b, frame = observation["b"], observation["frame"]
+            return [list(observation), str(b.dtype), list(b.shape), math.isnan(observation["a"]), int(frame.sum()), frame.flags.writeable]
+        """
+    )
+    agent = start_sandbox({"agent.py": agent_code}, mode="agent", entrypoint="agent")
+    agent.reset({"id": "t"}, 0)
+    assert agent.act(observation, {}) == [["b", "a", "frame"], "float64", [3, 4], True, 7 * 210 * 160 * 3, True]
 
 
 @needs_root

@@ -34,10 +34,10 @@ def test_unknown_op_and_oversized_message_are_refused():
         protocol.encode({"op": "step", "action": "a" * protocol.MAX_LINE_BYTES})
 
 
-def test_bounded_replaces_a_large_value_with_a_note_and_keeps_small_ones():
-    assert protocol.bounded([1, 2, 3]) == [1, 2, 3]
-    note = protocol.bounded("x" * 300_000)
-    assert note == {"truncated": True, "note": "observation was 300002 bytes, over the 256 KB limit"}
+def test_an_observation_over_the_limit_is_named_with_its_size_never_replaced():
+    assert protocol.over_limit(protocol.encoded_size([1, 2, 3]), 1000) is None
+    assert protocol.encoded_size("x" * 300_000) == 300_002
+    assert protocol.over_limit(300_002, 256_000) == "observation is 0.3 MB, over the limit of 0.256 MB"
 
 
 def test_protocol_module_is_standard_library_only():

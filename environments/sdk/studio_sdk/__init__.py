@@ -1,7 +1,8 @@
 """studio_sdk: what an Environment Studio environment is written against.
 
 The sandbox puts this folder on sys.path, so a package's env.py imports it directly. Everything an
-environment returns crosses the sandbox boundary as JSON; `jsonable` does the conversion. Pure
+environment returns crosses the sandbox boundary as JSON (`jsonable` converts), except numpy arrays
+in observations, which cross as raw binary and reach the agent as the same arrays (`encodable`). Pure
 Python; numpy and gymnasium are used only when the environment uses them.
 
 Example env.py (entrypoint "env:CoinFlip")::
@@ -62,6 +63,7 @@ __all__ = [
     "ACTION_SPACE_LIMITS",
     "StepResult",
     "action_space_problem",
+    "encodable",
     "jsonable",
     "sample_action",
     "tool",
@@ -143,30 +145,66 @@ def tool(name: str, description: str, parameters: dict | None = None) -> dict:
 
 
 def jsonable(value: Any) -> Any:
-    """`value` as plain JSON types: numpy scalars and arrays, tuples, sets, bytes (base64 text),
-    dataclasses, dicts and lists, recursively. Raises TypeError naming any other type."""
-    if value is None or isinstance(value, (bool, str)):
+    """`value` as plain JSON types: numpy scalars and arrays (through `tolist()`, not element by
+    element), tuples, sets, bytes (base64 text), dataclasses, dicts and lists, recursively. Floats JSON
+    cannot carry exactly become `{"__float__": "nan" | "inf" | "-inf" | "-0.0"}`. Raises TypeError
+    naming any other type."""
+    return _convert(value, False)
+
+
+def encodable(value: Any) -> Any:
+    """Like `jsonable`, but numpy arrays of numbers or booleans stay arrays: the sandbox protocol sends
+    them as raw binary frames and the agent receives the same array (dtype and shape)."""
+    return _convert(value, True)
+
+
+_INF = float("inf")
+
+
+def _float(value: float) -> Any:
+    if value != value:
+        return {"__float__": "nan"}
+    if value == _INF or value == -_INF:
+        return {"__float__": "inf" if value > 0 else "-inf"}
+    if value == 0.0 and math.copysign(1.0, value) < 0:
+        return {"__float__": "-0.0"}
+    return value
+
+
+def _convert(value: Any, keep_arrays: bool) -> Any:
+    if value is None or isinstance(value, (bool, str, int)):
         return value
-    if isinstance(value, (int, float)):
-        return value
+    if isinstance(value, float):
+        return _float(value)
     numpy = sys.modules.get("numpy")  # numpy values can only exist if numpy was imported
     if numpy is not None:
         if isinstance(value, numpy.ndarray):
-            return jsonable(value.tolist())
+            return _array(value, keep_arrays, numpy)
         if isinstance(value, numpy.generic):
-            return jsonable(value.item())
+            return _convert(value.item(), keep_arrays)
     if isinstance(value, dict):
-        return {_jsonable_key(key): jsonable(item) for key, item in value.items()}
+        return {_jsonable_key(key): _convert(item, keep_arrays) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [jsonable(item) for item in value]
+        return [_convert(item, keep_arrays) for item in value]
     if isinstance(value, (set, frozenset)):
-        items = [jsonable(item) for item in value]
+        items = [_convert(item, keep_arrays) for item in value]
         return sorted(items, key=lambda item: (type(item).__name__, repr(item)))
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)}
+        return {field.name: _convert(getattr(value, field.name), keep_arrays) for field in dataclasses.fields(value)}
     raise TypeError(f"cannot convert {type(value).__module__}.{type(value).__qualname__} to JSON")
+
+
+def _array(array, keep_arrays: bool, numpy) -> Any:
+    kind = array.dtype.kind
+    if keep_arrays and kind in "biuf" and array.ndim:
+        return array
+    if kind in "biu":
+        return array.tolist()  # ints and bools need no look at each element
+    if kind == "f" and bool(numpy.isfinite(array).all()) and not bool((numpy.signbit(array) & (array == 0)).any()):
+        return array.tolist()
+    return _convert(array.tolist(), keep_arrays)
 
 
 def _jsonable_key(key: Any) -> str:
@@ -312,13 +350,13 @@ class GymnasiumEnvironment(Environment):
         self.env.action_space.seed(seed)
         self.seed_rng(seed)
         self.last_info = jsonable(info)
-        return jsonable(observation)
+        return encodable(observation)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self.env is None:
             raise RuntimeError("step() called before reset()")
         observation, reward, terminated, truncated, info = self.env.step(self._to_gym_action(action))
-        return StepResult(jsonable(observation), float(reward), bool(terminated), bool(truncated), jsonable(info))
+        return StepResult(encodable(observation), float(reward), bool(terminated), bool(truncated), jsonable(info))
 
     def close(self) -> None:
         if self.env is not None:
