@@ -108,14 +108,29 @@ def action_of(*, validator, data) -> object:
     """The studio action inside an OpenEnv action ({"action": ..., "metadata": {...}}), or ActionInvalid."""
     if not isinstance(data, dict):
         raise ActionInvalid([{"type": "dict_type", "loc": ["data"], "msg": "The action must be a JSON object", "input": data}])
+    found = [leaf for error in validator.iter_errors(data) for leaf in _closest(error)]
     errors = [
         {"type": "json_schema", "loc": ["data", *[str(part) for part in error.absolute_path]],
          "msg": error.message[:500], "input": error.instance if len(json.dumps(error.instance, default=str)) < 2000 else "…"}
-        for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        for error in sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
     ]
     if errors:
         raise ActionInvalid(errors[:10])
     return data["action"]
+
+
+def _closest(error) -> list:
+    """The errors of the alternative (anyOf branch) the value came closest to: for a tool call, the
+    branch of the tool it names, so "'name' is a required property" rather than "not valid under any"."""
+    if not error.context:
+        return [error]
+    branches: dict = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0] if sub.relative_schema_path else 0, []).append(sub)
+    named = [subs for subs in branches.values() if not any(sub.validator == "const" for sub in subs)]
+    if not named:  # no alternative matched its discriminating constant (e.g. an unknown tool name)
+        return [error]
+    return [leaf for sub in min(named, key=len) for leaf in _closest(sub)]
 
 
 def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "openenv") -> ProtocolEpisode:
