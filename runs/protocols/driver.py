@@ -166,6 +166,17 @@ def episode_close(access: Access, episode: ProtocolEpisode):
         return None
 
 
+def episode_belongs(access: Access, episode_id: str) -> bool:
+    """Whether an open episode is one of this credential's version (a key reaches no other version's)."""
+    from runs.episodes import routing  # noqa: PLC0415
+    from runs.models import Rollout  # noqa: PLC0415
+
+    route = routing.route_of(str(episode_id))
+    if route is None or route[1] != access.team.pk:
+        return False
+    return Rollout.objects.filter(pk=route[2], run__environment_version=access.version).exists()
+
+
 def reset_reply(episode: ProtocolEpisode) -> dict:
     """OpenEnv's observation reply ({observation, reward, done}) for the start of an episode."""
     return {"observation": _observation(episode, observation=episode.observation, info={}, terminated=False,

@@ -51,6 +51,8 @@ async def serve_mcp(scope, receive, send, match) -> None:
     except (AccessRefused, DomainError) as refused:
         return await respond(send, refused.status, _error(None, INVALID_REQUEST, str(refused)))
     session_id = _header(scope, SESSION_HEADER)
+    if session_id and not await driver.in_thread(driver.episode_belongs, access, session_id):
+        return await respond(send, 404, _error(None, INVALID_REQUEST, f"No open MCP session {session_id} of {access.version.label}."))
     if method == "DELETE":
         if session_id:
             await driver.in_thread(_close, access, session_id)
