@@ -136,11 +136,12 @@ class OpenEnvSession:
             if handler == "unknown":
                 await self._error(f"Unknown message type: {kind}", UNKNOWN_TYPE)
                 continue
-            try:
-                messages.parse(kind, data)
-            except ValidationError as exc:
-                await self._error("Invalid message", VALIDATION_ERROR, errors=messages.errors_of(exc))
-                continue
+            if not messages.plainly_valid(kind, data):
+                try:
+                    messages.parse(kind, data)
+                except ValidationError as exc:
+                    await self._error("Invalid message", VALIDATION_ERROR, errors=messages.errors_of(exc))
+                    continue
             if handler is None:  # close: end the episode, then the connection (as OpenEnv's server does)
                 await self._close_episode()
                 await self.send({"type": "websocket.close", "code": 1000})
