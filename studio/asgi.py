@@ -11,6 +11,7 @@ from channels.generic.websocket import WebsocketConsumer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from runs.protocols.openenv import ProtocolRoutes  # noqa: E402
 from runs.sessions.fast_path import SessionStepFastPath  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.ws_auth import ProgramOriginValidator  # noqa: E402
@@ -28,10 +29,11 @@ class UnknownPathConsumer(WebsocketConsumer):
 application = ProtocolTypeRouter(
     {
         # Remote sessions' step routes skip Django's request cycle (same auth, services and shapes).
-        "http": SessionStepFastPath(django_asgi_app),
+        # OpenEnv and MCP under /openenv/ (runs/protocols): their own credentials, shapes and errors.
+        "http": ProtocolRoutes(SessionStepFastPath(django_asgi_app)),
         # Browsers must come from an allowed host; programs (no Origin header) authenticate with a token.
-        "websocket": ProgramOriginValidator(
+        "websocket": ProtocolRoutes(ProgramOriginValidator(
             AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())]))
-        ),
+        )),
     }
 )

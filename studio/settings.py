@@ -153,6 +153,7 @@ INSTALLED_APPS = [
     "studio",
     "environments",
     "runs",
+    "runs.protocols",
 ]
 
 MIDDLEWARE = [

@@ -1,24 +1,29 @@
 """A small Python client of the Environment Studio API, for training loops and batch evaluation.
 
-    from studio_client import StudioClient, StudioEnv
+    from studio_client import StudioClient, StudioEnv, StudioVectorEnv
 
-    client = StudioClient("http://localhost:8000", token="est_...")
-    env = StudioEnv(client, "inventory-tools@1")           # Gymnasium-style: reset() / step()
-    observation, info = env.reset(seed=0)
-    observation, reward, terminated, truncated, info = env.step({"tool": "list_items", "arguments": {"category": "tools"}})
+    client = StudioClient("http://localhost:8000", token="es_...")
+    env = StudioEnv(client, "frozen-lake@1")              # a gymnasium.Env: spaces from the server
+    observation, info = env.reset(seed=0)                 # the seed picks the task, and seeds it
+    observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+
+    envs = StudioVectorEnv(client, "frozen-lake@1", num_envs=8)   # 8 episodes, one request a step
+    observations, infos = envs.reset(seed=0)
 
 Every episode is a session on the server, recorded as a rollout of the team's `remote` agent.
-Only httpx is needed. Observations come back as the environment returned them (`from_json`): numpy
-arrays (when numpy is installed) for `{"__ndarray__": ...}`, floats for `{"__float__": ...}`.
+Needs httpx (and gymnasium with numpy for the environments). Observations come back as the environment
+returned them (`from_json`): numpy arrays for `{"__ndarray__": ...}`, floats for `{"__float__": ...}`.
 """
 import base64
-import itertools
 import json
 import time
 
 import httpx
 
-__all__ = ["RemoteSession", "StudioClient", "StudioEnv", "StudioError", "from_json"]
+from .spaces import JsonSpace, action_to_json, observation_from_json, space_from_description
+
+__all__ = ["JsonSpace", "RemoteSession", "StudioClient", "StudioEnv", "StudioError", "StudioVectorEnv",
+           "action_to_json", "from_json", "observation_from_json", "space_from_description"]
 
 _FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "-0.0": -0.0}
 
@@ -84,6 +89,16 @@ class StudioClient:
     def session(self, version: str, task_id: str, seed: int = 0) -> "RemoteSession":
         """Start a remote session: the environment version runs on the server for this task and seed."""
         return RemoteSession(self, version, str(task_id), seed)
+
+    def spaces(self, version: str, task_id: str | None = None) -> dict:
+        """The version's published spaces: {task_ids, action_space, observation_space, tools}."""
+        slug, _, number = version.partition("@")
+        return self.request("GET", f"/environments/{slug}/versions/{number}/spaces" + (f"?task_id={task_id}" if task_id else ""))
+
+    def step_many(self, steps: list[tuple[str, object]]) -> list[dict]:
+        """Step many sessions in one request: (session id, action) pairs; results in the same order."""
+        body = {"steps": [{"session_id": session_id, "action": action} for session_id, action in steps]}
+        return self.request("POST", "/sessions/step", body)["results"]
 
     def task_ids(self, version: str) -> list[str]:
         """The task ids of a version ("slug@N"), in file order."""
@@ -173,39 +188,4 @@ class RemoteSession:
         self.close()
 
 
-class StudioEnv:
-    """A Gymnasium-style environment over the client: each reset() closes the last episode's session
-    and opens a new one. Tasks cycle through `task_ids` (default: all of the version's); seeds count up
-    from `seed` (or from the last reset(seed=...) given); reset(options={"task_id": ...}) picks a task."""
-
-    def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, seed: int = 0):
-        self.client, self.version = client, version
-        self.task_ids = list(task_ids) if task_ids else client.task_ids(version)
-        self._tasks = itertools.cycle(self.task_ids)
-        self._seeds = itertools.count(seed)
-        self.session: RemoteSession | None = None
-        self.last_result: dict | None = None  # the previous episode's close(): status, verifier reward
-
-    def reset(self, seed: int | None = None, options: dict | None = None):
-        self.close()
-        task_id = (options or {}).get("task_id") or next(self._tasks)
-        if seed is None:
-            seed = next(self._seeds)
-        else:
-            self._seeds = itertools.count(seed + 1)  # later resets go on from here, as Gymnasium's rng would
-        self.session = self.client.session(self.version, task_id, seed)
-        return self.session.reset()
-
-    def step(self, action):
-        if self.session is None:
-            raise RuntimeError("call reset() before step()")
-        return self.session.step(action)
-
-    def close(self) -> None:
-        if self.session is not None and not self.session.closed:
-            self.last_result = self.session.close()
-        self.session = None
-
-    @property
-    def tools(self) -> list[dict]:
-        return self.session.tools if self.session else []
+from .gym import StudioEnv, StudioVectorEnv  # noqa: E402 - they build on the client above

@@ -33,7 +33,7 @@ def queued_client(celery_queue, asgi_server, owner, team):  # noqa: F811 - celer
 
 def test_a_gymnasium_style_loop_drives_episodes_each_recorded_live(client, inventory):
     env = StudioEnv(client, "inventory-tools@1", task_ids=["q1", "q2"])
-    observation, info = env.reset(seed=7)
+    observation, info = env.reset(seed=7, options={"task_id": "q1"})
     assert observation["question"].startswith("How many blue widgets") and len(info["tools"]) == 3
     first_rollout = info["rollout_id"]
     observation, reward, terminated, truncated, _ = env.step({"tool": "lookup_item", "arguments": {"name": "blue widget"}})
@@ -47,13 +47,13 @@ def test_a_gymnasium_style_loop_drives_episodes_each_recorded_live(client, inven
     *_, terminated, truncated, _ = env.step({"tool": "submit_answer", "arguments": {"answer": "42"}})
     assert terminated
 
-    observation, info = env.reset()  # closes the first episode, opens the next task
+    observation, info = env.reset(seed=9)  # closes the first episode; the seed picks the task (9 % 2 -> q2)
     assert observation["question"].startswith("In which aisle") and env.last_result["status"] == "succeeded"
     env.step({"tool": "submit_answer", "arguments": {"answer": "Z9"}})
     env.close()
     assert env.last_result["status"] == "failed"
     rollouts = Rollout.objects.filter(run__agent__kind="remote").order_by("id")
-    assert [(r.task_id, r.seed, r.status) for r in rollouts] == [("q1", 7, "succeeded"), ("q2", 8, "failed")]
+    assert [(r.task_id, r.seed, r.status) for r in rollouts] == [("q1", 7, "succeeded"), ("q2", 9, "failed")]
 
 
 def test_a_session_object_and_errors(client, inventory):

@@ -1,0 +1,206 @@
+"""Episodes as the protocols drive them: open (seed and task chosen as OpenEnv callers expect), step
+(checked against the version's action schema first), observe, close. Each is a recorded rollout of
+the team's `openenv` (or `mcp`) agent, through the interactive episode service (runs/episodes)."""
+import asyncio
+import functools
+import json
+import logging
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import jsonschema
+from django.db import connection
+
+from runs.episodes import interactive
+from runs.models import AgentKind
+
+from . import spaces
+from .keys import Access
+
+logger = logging.getLogger(__name__)
+
+_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="protocols")
+
+
+async def in_thread(function, /, *args, **kwargs):
+    """A blocking call (database, a start on an episode host) off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(_returning_connection, function, *args, **kwargs))
+
+
+def _returning_connection(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    finally:
+        if connection.connection is not None:
+            connection.close()
+
+
+class ActionInvalid(Exception):
+    """An action that fails the version's action schema; `errors` in pydantic's shape."""
+
+    def __init__(self, errors: list[dict]):
+        super().__init__(errors[0]["msg"] if errors else "invalid action")
+        self.errors = errors
+
+
+class ResetInvalid(Exception):
+    def __init__(self, errors: list[dict]):
+        super().__init__(errors[0]["msg"] if errors else "invalid reset")
+        self.errors = errors
+
+
+@dataclass
+class ProtocolEpisode:
+    """One open episode of a protocol connection (or, over HTTP, named by its id)."""
+
+    episode_id: str
+    rollout_id: int
+    task_id: str
+    seed: int
+    version_label: str
+    observation: object = None
+    tools: list = field(default_factory=list)
+    step_count: int = 0
+    done: bool = False
+    closed: bool = False
+    validator: object = None
+
+
+RESET_KEYS = ("seed", "task_id", "episode_id")
+
+
+def reset_arguments(*, version, data: dict) -> tuple[str, int]:
+    """(task id, seed) of a reset: `task_id` picks the task, else the seed does (the same seed, the
+    same task); no seed means a fresh random one (recorded on the rollout like any other)."""
+    errors = []
+    for name in data:
+        if name not in RESET_KEYS:
+            errors.append({"type": "extra_forbidden", "loc": ["data", name], "msg": f"Unknown reset parameter {name!r}; "
+                           f"the studio takes {', '.join(RESET_KEYS)}", "input": data[name]})
+    seed = data.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
+        errors.append({"type": "int_type", "loc": ["data", "seed"], "msg": "seed must be a whole number from 0 to 2^63-1", "input": seed})
+    task_id = data.get("task_id")
+    if task_id is not None and (not isinstance(task_id, (str, int)) or isinstance(task_id, bool)):
+        errors.append({"type": "string_type", "loc": ["data", "task_id"], "msg": "task_id must be a string", "input": task_id})
+    elif task_id is not None and str(task_id) not in spaces.task_ids_of(version):
+        errors.append({"type": "value_error", "loc": ["data", "task_id"],
+                       "msg": f"Task {str(task_id)!r} is not in {version.label}", "input": task_id})
+    if errors:
+        raise ResetInvalid(errors)
+    if seed is None:
+        seed = secrets.randbelow(2**31)
+    return (str(task_id) if task_id is not None else spaces.task_for_seed(version, seed)), seed
+
+
+def action_validator(*, version, spaces_now: dict | None = None):
+    schema = spaces.openenv_schemas(spaces_now or spaces.version_spaces(version=version))["action"]
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str):
+    return jsonschema.Draft202012Validator(json.loads(schema_json))
+
+
+def action_of(*, validator, data) -> object:
+    """The studio action inside an OpenEnv action ({"action": ..., "metadata": {...}}), or ActionInvalid."""
+    if not isinstance(data, dict):
+        raise ActionInvalid([{"type": "dict_type", "loc": ["data"], "msg": "The action must be a JSON object", "input": data}])
+    found = [leaf for error in validator.iter_errors(data) for leaf in _closest(error)]
+    errors = [
+        {"type": "json_schema", "loc": ["data", *[str(part) for part in error.absolute_path]],
+         "msg": error.message[:500], "input": error.instance if len(json.dumps(error.instance, default=str)) < 2000 else "…"}
+        for error in sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
+    ]
+    if errors:
+        raise ActionInvalid(errors[:10])
+    return data["action"]
+
+
+def _closest(error) -> list:
+    """The errors of the alternative (anyOf branch) the value came closest to: for a tool call, the
+    branch of the tool it names, so "'name' is a required property" rather than "not valid under any"."""
+    if not error.context:
+        return [error]
+    branches: dict = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0] if sub.relative_schema_path else 0, []).append(sub)
+    named = [subs for subs in branches.values() if not any(sub.validator == "const" for sub in subs)]
+    if not named:  # no alternative matched its discriminating constant (e.g. an unknown tool name)
+        return [error]
+    return [leaf for sub in min(named, key=len) for leaf in _closest(sub)]
+
+
+def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "openenv") -> ProtocolEpisode:
+    opened = interactive.episode_open(
+        team=access.team, actor=access.user, version=access.version, task_id=task_id, seed=seed, driver="session",
+        agent_name=agent_name, agent_kind=AgentKind.REMOTE,
+    )
+    spaces.spaces_remember(version=access.version, opened=opened)
+    spaces_now = spaces.version_spaces(version=access.version, task_id=task_id)
+    return ProtocolEpisode(
+        episode_id=opened["episode_id"], rollout_id=opened["rollout_id"], task_id=task_id, seed=seed,
+        version_label=access.version.label, observation=opened.get("observation"), tools=opened.get("tools") or [],
+        validator=action_validator(version=access.version, spaces_now=spaces_now),
+    )
+
+
+async def episode_step(access: Access, episode: ProtocolEpisode, action) -> dict:
+    step = await interactive.episode_step_remote_async(team=access.team, episode_id=episode.episode_id, action=action)
+    episode.step_count = step["index"] + 1 if isinstance(step.get("index"), int) else episode.step_count + 1
+    episode.observation = step.get("observation")
+    episode.done = bool(step.get("terminated") or step.get("truncated") or step.get("done"))
+    return step
+
+
+def episode_close(access: Access, episode: ProtocolEpisode):
+    """Verify and end the rollout (once); a host that already let it go (idle, failed) is not an error."""
+    if episode.closed:
+        return None
+    episode.closed = True
+    try:
+        return interactive.episode_close(team=access.team, episode_id=episode.episode_id)
+    except interactive.EpisodeNotFound:
+        return None
+
+
+def episode_belongs(access: Access, episode_id: str) -> bool:
+    """Whether an open episode is one of this credential's version (a key reaches no other version's)."""
+    from runs.episodes import routing  # noqa: PLC0415
+    from runs.models import Rollout  # noqa: PLC0415
+
+    route = routing.route_of(str(episode_id))
+    if route is None or route[1] != access.team.pk:
+        return False
+    return Rollout.objects.filter(pk=route[2], run__environment_version=access.version).exists()
+
+
+def reset_reply(episode: ProtocolEpisode) -> dict:
+    """OpenEnv's observation reply ({observation, reward, done}) for the start of an episode."""
+    return {"observation": _observation(episode, observation=episode.observation, info={}, terminated=False,
+                                        truncated=False, step=0), "reward": None, "done": False}
+
+
+def step_reply(episode: ProtocolEpisode, step: dict) -> dict:
+    done = bool(step.get("terminated") or step.get("truncated"))
+    return {"observation": _observation(episode, observation=step.get("observation"), info=step.get("info") or {},
+                                        terminated=bool(step.get("terminated")), truncated=bool(step.get("truncated")),
+                                        step=episode.step_count),
+            "reward": step.get("reward"), "done": done}
+
+
+def _observation(episode: ProtocolEpisode, *, observation, info, terminated, truncated, step) -> dict:
+    return {"observation": observation, "info": info, "terminated": terminated, "truncated": truncated,
+            "episode_id": episode.episode_id, "rollout_id": episode.rollout_id, "step": step}
+
+
+def state_of(episode: ProtocolEpisode | None, *, version_label: str) -> dict:
+    """OpenEnv's State (episode_id, step_count) with the studio's facts beside it."""
+    if episode is None:
+        return {"episode_id": None, "step_count": 0, "rollout_id": None, "task_id": None, "seed": None,
+                "version": version_label, "done": False}
+    return {"episode_id": episode.episode_id, "step_count": episode.step_count, "rollout_id": episode.rollout_id,
+            "task_id": episode.task_id, "seed": episode.seed, "version": episode.version_label,
+            "done": episode.done or episode.closed}

@@ -1,0 +1,158 @@
+"""A version's tools over MCP (streamable HTTP transport, JSON responses) at `<openenv base>/mcp`.
+
+Each MCP session is a studio episode: `initialize` opens it (task and seed from the URL's
+`?task_id=`/`?seed=` query, else chosen by the seed as over OpenEnv; its id is the
+`Mcp-Session-Id`), `tools/call` is a step ({"tool": name, "arguments": {...}}), the call that ends
+the episode verifies it, and DELETE closes it. Same credentials as the OpenEnv routes.
+"""
+import json
+import logging
+from urllib.parse import parse_qs
+
+from runs.episodes import interactive
+from studio.errors import DomainError
+
+from . import driver, spaces
+from .keys import AccessRefused
+from .openenv import access_of, dumps, read_body, respond
+
+logger = logging.getLogger(__name__)
+
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
+SESSION_HEADER = b"mcp-session-id"
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _error(request_id, code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def _result(request_id, result: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+async def serve_mcp(scope, receive, send, match) -> None:
+    method = scope["method"]
+    if method not in ("POST", "DELETE"):
+        # No server-initiated stream: the transport allows answering GET with 405.
+        return await respond(send, 405, {"detail": "Method Not Allowed"}, headers=[(b"allow", b"POST, DELETE")])
+    body = await read_body(receive)
+    if body is None:
+        return await respond(send, 413, _error(None, INVALID_REQUEST, "The request body is too large."))
+    try:
+        access = await access_of(scope, match)
+    except (AccessRefused, DomainError) as refused:
+        return await respond(send, refused.status, _error(None, INVALID_REQUEST, str(refused)))
+    session_id = _header(scope, SESSION_HEADER)
+    if session_id and not await driver.in_thread(driver.episode_belongs, access, session_id):
+        return await respond(send, 404, _error(None, INVALID_REQUEST, f"No open MCP session {session_id} of {access.version.label}."))
+    if method == "DELETE":
+        if session_id:
+            await driver.in_thread(_close, access, session_id)
+        return await respond(send, 200, {})
+    try:
+        message = json.loads(body)
+    except ValueError as exc:
+        return await respond(send, 400, _error(None, PARSE_ERROR, f"Parse error: {exc}"))
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        return await respond(send, 400, _error(None, INVALID_REQUEST, "Send one JSON-RPC 2.0 message (an object with jsonrpc and method)."))
+    request_id = message.get("id")
+    if "id" not in message:  # a notification: nothing to answer
+        return await _accepted(send)
+    name, params = message["method"], message.get("params") or {}
+    if not isinstance(params, dict):
+        return await respond(send, 400, _error(request_id, INVALID_PARAMS, "params must be an object"))
+    if name == "initialize":
+        status, reply, headers = await _initialize(access, scope, request_id, params)
+        return await respond(send, status, reply, headers=headers)
+    if name == "ping":
+        return await respond(send, 200, _result(request_id, {}))
+    if name not in ("tools/list", "tools/call"):
+        return await respond(send, 404 if session_id is None else 200, _error(request_id, METHOD_NOT_FOUND, f"Method not found: {name}"))
+    if not session_id:
+        return await respond(send, 400, _error(request_id, INVALID_REQUEST, "Missing Mcp-Session-Id: send initialize first."))
+    if name == "tools/list":
+        found = await driver.in_thread(spaces.version_spaces, version=access.version)
+        tools = [{"name": t["name"], "description": t["description"], "inputSchema": t["parameters"]}
+                 for t in spaces.tool_list(found["tools"])]
+        return await respond(send, 200, _result(request_id, {"tools": tools}))
+    status, reply = await _call_tool(access, session_id, request_id, params)
+    return await respond(send, status, reply)
+
+
+async def _accepted(send) -> None:
+    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _initialize(access, scope, request_id, params: dict):
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    arguments = {}
+    if "task_id" in query:
+        arguments["task_id"] = query["task_id"][0]
+    if "seed" in query:
+        seed = query["seed"][0]
+        arguments["seed"] = int(seed) if seed.isdigit() else seed
+    try:
+        task_id, seed = driver.reset_arguments(version=access.version, data=arguments)
+    except driver.ResetInvalid as exc:
+        return 400, _error(request_id, INVALID_PARAMS, exc.errors[0]["msg"]), []
+    if spaces.gymnasium_id_of(access.version) is not None:
+        return 400, _error(request_id, INVALID_REQUEST, f"{access.version.label} has no tools to serve over MCP."), []
+    try:
+        episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed, agent_name="mcp")
+    except DomainError as exc:
+        return exc.status, _error(request_id, INVALID_REQUEST, exc.message), []
+    if not episode.tools:
+        await driver.in_thread(driver.episode_close, access, episode)
+        return 400, _error(request_id, INVALID_REQUEST, f"{access.version.label} has no tools to serve over MCP."), []
+    requested = params.get("protocolVersion")
+    result = {
+        "protocolVersion": requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[1],
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": f"environment-studio {access.version.label}", "version": str(access.version.number)},
+        # What the agent is asked, as the first observation: an MCP client has no reset to read it from.
+        "instructions": dumps({"task_id": task_id, "seed": seed, "rollout_id": episode.rollout_id,
+                               "observation": episode.observation}),
+    }
+    return 200, _result(request_id, result), [(SESSION_HEADER, episode.episode_id.encode())]
+
+
+async def _call_tool(access, session_id: str, request_id, params: dict):
+    name, arguments = params.get("name"), params.get("arguments") or {}
+    found = await driver.in_thread(spaces.version_spaces, version=access.version)
+    if name not in {t["name"] for t in spaces.tool_list(found["tools"])}:
+        return 200, _error(request_id, INVALID_PARAMS, f"Unknown tool: {name!r}")
+    validator = driver.action_validator(version=access.version, spaces_now=found)
+    try:
+        action = driver.action_of(validator=validator, data={"action": {"tool": name, "arguments": arguments}})
+    except driver.ActionInvalid as exc:
+        problems = "; ".join(f"{'.'.join(error['loc'][3:]) or 'arguments'}: {error['msg']}" for error in exc.errors)
+        return 200, _error(request_id, INVALID_PARAMS, f"Invalid arguments for {name}: {problems}")
+    try:
+        step = await interactive.episode_step_remote_async(team=access.team, episode_id=session_id, action=action)
+    except interactive.EpisodeNotFound:
+        return 404, _error(request_id, INVALID_REQUEST, "Session terminated: the episode is closed (or never opened).")
+    except DomainError as exc:
+        return 200, _result(request_id, {"content": [{"type": "text", "text": exc.message}], "isError": True})
+    structured = {key: step.get(key) for key in ("observation", "reward", "terminated", "truncated", "info")}
+    if step.get("terminated") or step.get("truncated"):
+        # The episode is over: verify it now (an MCP client may never send DELETE).
+        await driver.in_thread(_close, access, session_id)
+    is_error = isinstance(step.get("info"), dict) and step["info"].get("valid") is False
+    return 200, _result(request_id, {"content": [{"type": "text", "text": dumps(step.get("observation"))}],
+                                     "structuredContent": structured, "isError": is_error})
+
+
+def _close(access, session_id: str) -> None:
+    try:
+        interactive.episode_close(team=access.team, episode_id=session_id)
+    except interactive.EpisodeNotFound:
+        pass

@@ -1,0 +1,384 @@
+"""OpenEnv's wire protocol for every environment version, under /openenv/<team>/<slug>@<n>/ (with
+`/k/<key>` after it when the credential rides in the URL): the WebSocket session at `/ws` (reset,
+step, state, close; replies `observation`, `state`, `error` with OpenEnv's error codes), HTTP
+`/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`, and MCP at `/mcp` (runs/protocols/mcp.py).
+
+Shapes follow openenv-core 0.3.0 (env_server/http_server.py and types.py). Served straight from
+ASGI like the session step routes, so a step is one Redis round trip to the episode host. Over
+HTTP, which OpenEnv keeps stateless, the studio's episode id travels in the observation and is sent
+back with `/step`, `/state` and `/close`.
+"""
+import json
+import logging
+import re
+from urllib.parse import parse_qs
+
+from pydantic import ValidationError
+
+from runs.models import Rollout
+from studio.errors import DomainError
+
+from runs.episodes import interactive
+
+from . import driver, messages, spaces
+from .keys import AccessRefused, access_resolve
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "/openenv/"
+PATH = re.compile(
+    r"^/openenv/(?P<team>[a-z0-9][a-z0-9-]*)/(?P<label>[a-z0-9][a-z0-9-]*@[0-9]+)(?:/k/(?P<key>[^/]+))?(?P<rest>/.*)?$"
+)
+MAX_BODY_BYTES = 25 * 1024 * 1024
+MAX_MESSAGE_BYTES = 25 * 1024 * 1024
+HTTP_ROUTES = {("GET", "/health"), ("GET", "/metadata"), ("GET", "/schema"), ("GET", "/state"), ("POST", "/reset"),
+               ("POST", "/step"), ("POST", "/close")}
+
+# OpenEnv's websocket error codes (types.WSErrorCode).
+INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
+EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR"
+
+
+class ProtocolRoutes:
+    """ASGI: requests under /openenv/ are served here, everything else goes on to `app`."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith(PREFIX):
+            return await self.app(scope, receive, send)
+        match = PATH.match(scope["path"])
+        rest = (match["rest"] or "/") if match else None
+        if scope["type"] == "websocket":
+            if match is None or rest.rstrip("/") not in ("/ws", "/mcp"):
+                return await _websocket_not_found(scope, receive, send)
+            if rest.rstrip("/") == "/mcp":
+                return await _websocket_not_found(scope, receive, send, "MCP is served over streamable HTTP at this path, not a websocket.")
+            return await OpenEnvSession(scope, receive, send, match).run()
+        if match is None:
+            return await respond(send, 404, {"detail": "Not Found"})
+        if rest.rstrip("/") == "/mcp":
+            from .mcp import serve_mcp  # noqa: PLC0415 - only MCP requests pay for it
+
+            return await serve_mcp(scope, receive, send, match)
+        return await serve_http(scope, receive, send, match, rest.rstrip("/") or "/")
+
+
+# -- credentials ------------------------------------------------------------------------------------
+
+
+def bearer_of(scope) -> str | None:
+    for name, value in scope.get("headers") or []:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+    return None
+
+
+async def access_of(scope, match):
+    return await driver.in_thread(access_resolve, team_slug=match["team"], label=match["label"], key=match["key"], bearer=bearer_of(scope))
+
+
+# -- the websocket session ---------------------------------------------------------------------------
+
+
+class OpenEnvSession:
+    """One OpenEnv client connection: at most one open episode at a time, closed (verified) on the
+    next reset, on `close`, or when the connection drops."""
+
+    def __init__(self, scope, receive, send, match):
+        self.scope, self.receive, self.send, self.match = scope, receive, send, match
+        self.access = None
+        self.episode: driver.ProtocolEpisode | None = None
+
+    async def run(self) -> None:
+        message = await self.receive()
+        if message["type"] != "websocket.connect":
+            return
+        await self.send({"type": "websocket.accept"})
+        try:
+            self.access = await access_of(self.scope, self.match)
+        except (AccessRefused, DomainError) as refused:
+            # Said in OpenEnv's error shape, so the client shows the reason, then closed.
+            await self._error(str(refused), SESSION_ERROR)
+            await self.send({"type": "websocket.close", "code": {401: 4401, 403: 4403, 404: 4404}.get(refused.status, 4400)})
+            return
+        try:
+            await self._serve()
+        finally:
+            await self._close_episode()
+
+    async def _serve(self) -> None:
+        while True:
+            message = await self.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message["type"] != "websocket.receive":
+                continue
+            raw = message.get("text")
+            if raw is None:
+                raw = (message.get("bytes") or b"").decode("utf-8", "replace")
+            if len(raw) > MAX_MESSAGE_BYTES:
+                await self._error(f"The message is over {MAX_MESSAGE_BYTES} bytes.", VALIDATION_ERROR)
+                continue
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                await self._error(f"Invalid JSON: {exc}", INVALID_JSON)
+                continue
+            if not isinstance(data, dict):
+                await self._error("Invalid message", VALIDATION_ERROR, errors=[{"type": "dict_type", "loc": [], "msg": "A message must be a JSON object", "input": data}])
+                continue
+            kind = data.get("type", "")
+            handler = {"reset": self._reset, "step": self._step, "state": self._state, "close": None}.get(kind, "unknown")
+            if handler == "unknown":
+                await self._error(f"Unknown message type: {kind}", UNKNOWN_TYPE)
+                continue
+            if not messages.plainly_valid(kind, data):
+                try:
+                    messages.parse(kind, data)
+                except ValidationError as exc:
+                    await self._error("Invalid message", VALIDATION_ERROR, errors=messages.errors_of(exc))
+                    continue
+            if handler is None:  # close: end the episode, then the connection (as OpenEnv's server does)
+                await self._close_episode()
+                await self.send({"type": "websocket.close", "code": 1000})
+                return
+            await handler(data)
+
+    async def _reset(self, data: dict) -> None:
+        await self._close_episode()
+        try:
+            task_id, seed = driver.reset_arguments(version=self.access.version, data=data.get("data") or {})
+        except driver.ResetInvalid as exc:
+            return await self._error("Invalid message", VALIDATION_ERROR, errors=exc.errors)
+        try:
+            self.episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed)
+        except DomainError as exc:
+            code = {429: CAPACITY_REACHED, 409: FACTORY_ERROR, 400: VALIDATION_ERROR}.get(exc.status, SESSION_ERROR)
+            return await self._error(exc.message, code)
+        await self._reply("observation", driver.reset_reply(self.episode))
+
+    async def _step(self, data: dict) -> None:
+        if self.episode is None:
+            return await self._error("No episode is open: send `reset` first (a `close` ends the episode).", EXECUTION_ERROR)
+        try:
+            action = driver.action_of(validator=self.episode.validator, data=data["data"])
+        except driver.ActionInvalid as exc:
+            return await self._error(f"The action does not fit {self.access.version.label}'s action schema: {exc}",
+                                     VALIDATION_ERROR, errors=exc.errors)
+        try:
+            step = await driver.episode_step(self.access, self.episode, action)
+        except DomainError as exc:
+            return await self._error(exc.message, EXECUTION_ERROR)
+        await self._reply("observation", driver.step_reply(self.episode, step))
+
+    async def _state(self, data: dict) -> None:
+        await self._reply("state", driver.state_of(self.episode, version_label=self.access.version.label))
+
+    async def _close_episode(self) -> None:
+        episode, self.episode = self.episode, None
+        if episode is None:
+            return
+        try:
+            await driver.in_thread(driver.episode_close, self.access, episode)
+        except DomainError as exc:
+            logger.warning("openenv: closing episode %s: %s", episode.episode_id, exc.message)
+
+    async def _reply(self, kind: str, data: dict) -> None:
+        await self.send({"type": "websocket.send", "text": dumps({"type": kind, "data": data})})
+
+    async def _error(self, message: str, code: str, **extra) -> None:
+        await self._reply("error", {"message": message, "code": code, **extra})
+
+
+async def _websocket_not_found(scope, receive, send, detail: str = "Not Found") -> None:
+    """An unknown websocket path: HTTP 404 where the server can answer the handshake so, else close 4404."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        body = dumps({"detail": detail}).encode()
+        await send({"type": "websocket.http.response.start", "status": 404,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send({"type": "websocket.close", "code": 4404})
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+
+
+async def serve_http(scope, receive, send, match, route: str) -> None:
+    method = scope["method"]
+    if (method, route) not in HTTP_ROUTES:
+        known = {path for _, path in HTTP_ROUTES}
+        return await respond(send, 405 if route in known else 404, {"detail": "Method Not Allowed" if route in known else "Not Found"})
+    if route == "/health":
+        return await respond(send, 200, {"status": "healthy"})
+    body = await read_body(receive)
+    if body is None:
+        return await respond(send, 413, {"detail": f"The request body is over {MAX_BODY_BYTES} bytes."})
+    try:
+        access = await access_of(scope, match)
+    except (AccessRefused, DomainError) as refused:
+        return await respond(send, refused.status, {"detail": str(refused)})
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    try:
+        status, payload = await HTTP_HANDLERS[route](access, body, query)
+    except HttpRefused as refused:
+        status, payload = refused.status, {"detail": refused.detail}
+    except DomainError as exc:
+        status, payload = exc.status, {"detail": exc.message}
+    await respond(send, status, payload)
+
+
+class HttpRefused(Exception):
+    def __init__(self, status: int, detail):
+        super().__init__(str(detail))
+        self.status, self.detail = status, detail
+
+
+def _json_body(body: bytes, *, default: dict | None = None) -> dict:
+    if not body.strip():
+        if default is not None:
+            return default
+        raise HttpRefused(422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}])
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise HttpRefused(422, [{"type": "json_invalid", "loc": ["body", 0], "msg": f"JSON decode error: {exc}", "input": {}}]) from None
+    if not isinstance(data, dict):
+        raise HttpRefused(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": "Input should be a valid dictionary or object", "input": data}])
+    return data
+
+
+def _episode_id(data: dict, where: str = "body") -> str:
+    episode_id = data.get("episode_id")
+    if not isinstance(episode_id, str) or not episode_id:
+        raise HttpRefused(422, [{"type": "missing", "loc": [where, "episode_id"], "input": episode_id,
+                                 "msg": "Field required: the episode_id from /reset's observation (HTTP is stateless)"}])
+    return episode_id
+
+
+async def _http_reset(access, body, query):
+    data = _json_body(body, default={})
+    try:
+        request = messages.ResetRequest.model_validate(data)
+    except ValidationError as exc:
+        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"])) from None
+    # OpenEnv's `episode_id` names an episode of the caller's choosing; the studio makes its own.
+    arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items() if key in ("seed", "task_id")}
+    try:
+        task_id, seed = driver.reset_arguments(version=access.version, data=arguments)
+    except driver.ResetInvalid as exc:
+        raise HttpRefused(422, [{**error, "loc": ["body", *error["loc"][1:]]} for error in exc.errors]) from None
+    episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed)
+    return 200, driver.reset_reply(episode)
+
+
+async def _http_step(access, body, query):
+    data = _json_body(body)
+    try:
+        request = messages.StepRequest.model_validate(data)
+    except ValidationError as exc:
+        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"])) from None
+    episode_id = _episode_id(data)
+    validator = await driver.in_thread(driver.action_validator, version=access.version)
+    try:
+        action = driver.action_of(validator=validator, data=request.action)
+    except driver.ActionInvalid as exc:
+        raise HttpRefused(422, [{**error, "loc": ["body", "action", *error["loc"][1:]]} for error in exc.errors]) from None
+    episode = await driver.in_thread(_http_episode, access, episode_id)
+    step = await driver.episode_step(access, episode, action)
+    reply = driver.step_reply(episode, step)
+    if reply["done"]:  # no close message over HTTP: the episode's end verifies and ends the rollout
+        await driver.in_thread(driver.episode_close, access, episode)
+    return 200, reply
+
+
+def _http_episode(access, episode_id: str) -> driver.ProtocolEpisode:
+    """An open episode of this version named by its id (steps need its rollout's facts)."""
+    seen = interactive.episode_observe(team=access.team, episode_id=episode_id)
+    rollout = Rollout.objects.filter(pk=seen["rollout_id"], run__environment_version=access.version).first()
+    if rollout is None:
+        raise HttpRefused(404, f"Episode {episode_id} is not an episode of {access.version.label}.")
+    return driver.ProtocolEpisode(
+        episode_id=episode_id, rollout_id=rollout.pk, task_id=rollout.task_id, seed=rollout.seed,
+        version_label=access.version.label, observation=seen.get("observation"), step_count=seen.get("step_count") or 0,
+        done=bool(seen.get("done")),
+    )
+
+
+async def _http_state(access, body, query):
+    episode_id = (query.get("episode_id") or [None])[0]
+    if episode_id is None:
+        return 200, driver.state_of(None, version_label=access.version.label)
+    episode = await driver.in_thread(_http_episode, access, episode_id)
+    return 200, driver.state_of(episode, version_label=access.version.label)
+
+
+async def _http_close(access, body, query):
+    episode_id = _episode_id(_json_body(body))
+    episode = await driver.in_thread(_http_episode, access, episode_id)
+    rollout = await driver.in_thread(driver.episode_close, access, episode)
+    return 200, {"episode_id": episode_id, "closed": True, "rollout_id": episode.rollout_id,
+                 "status": getattr(rollout, "status", None)}
+
+
+async def _http_schema(access, body, query):
+    found = await driver.in_thread(spaces.version_spaces, version=access.version)
+    return 200, spaces.openenv_schemas(found)
+
+
+async def _http_metadata(access, body, query):
+    return 200, await driver.in_thread(metadata_of, access.version)
+
+
+def metadata_of(version) -> dict:
+    """OpenEnv's EnvironmentMetadata for a version."""
+    environment = version.environment
+    readme = (version.files or {}).get("README.md") if isinstance(version.files, dict) else None
+    return {
+        "name": environment.name or environment.slug,
+        "description": environment.description or f"{version.label} on Environment Studio",
+        "readme_content": readme if isinstance(readme, str) else None,
+        "version": str(version.number),
+        "author": getattr(version.author, "username", None) if version.author_id else None,
+        "documentation_url": None,
+    }
+
+
+HTTP_HANDLERS = {"/reset": _http_reset, "/step": _http_step, "/state": _http_state, "/close": _http_close,
+                 "/schema": _http_schema, "/metadata": _http_metadata}
+
+
+# -- plumbing ---------------------------------------------------------------------------------------
+
+
+def dumps(payload) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+async def read_body(receive) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def respond(send, status: int, payload, headers: list | None = None) -> None:
+    body = dumps(payload).encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
