@@ -188,6 +188,8 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
     episode.observation = observation
+    # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
+    setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
     Rollout.objects.filter(pk=rollout.pk).update(initial_observation=observation)
     artifact = getattr(sandbox, "last_artifact", None)
     if artifact:
