@@ -93,14 +93,22 @@ def make_rollouts(team, version, agent, owner, n, steps, *, approve=False):
     return run
 
 
-def bench_export(run, fmt):
+def export_stream(run, fmt):
+    """The export's pieces: JSONL lines, or Parquet byte chunks for "<format>+parquet"."""
     from runs.review.export import export_lines
+    from runs.review.export_parquet import parquet_chunks
 
+    fmt, _, file = fmt.partition("+")
+    lines = export_lines(run.rollouts.all(), decision="approved", fmt=fmt)
+    return parquet_chunks(lines, fmt=fmt) if file == "parquet" else lines
+
+
+def bench_export(run, fmt):
     rss_before = rss_mb()
     started = time.perf_counter()
     lines = steps = written = 0
     rss_peak = rss_before
-    for line in export_lines(run.rollouts.all(), decision="approved", fmt=fmt):
+    for line in export_stream(run, fmt):
         lines += 1
         written += len(line)
         if lines % 100 == 0:
@@ -108,7 +116,7 @@ def bench_export(run, fmt):
     elapsed = time.perf_counter() - started
     steps = run.rollouts.count() and sum(run.rollouts.values_list("step_count", flat=True))
     tracemalloc.start()
-    for _ in export_lines(run.rollouts.all(), decision="approved", fmt=fmt):
+    for _ in export_stream(run, fmt):
         pass
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -158,10 +166,10 @@ def main():
             cursor.execute("VACUUM ANALYZE")
 
         print(f"\nexport, run of {args.rollouts} rollouts x {args.steps} steps (decision approved)")
-        print(f"{'format':<12}{'steps/s':>12}{'seconds':>10}{'MB out':>10}{'RSS growth MB':>16}{'traced peak MB':>16}")
-        for fmt in ("trajectory", "chat"):
+        print(f"{'format':<18}{'steps/s':>12}{'seconds':>10}{'MB out':>10}{'RSS growth MB':>16}{'traced peak MB':>16}")
+        for fmt in ("trajectory", "chat", "trajectory+parquet", "chat+parquet"):
             r = bench_export(export_run, fmt)
-            print(f"{fmt:<12}{r['steps_per_s']:>12,.0f}{r['seconds']:>10.2f}{r['mb']:>10.1f}"
+            print(f"{fmt:<18}{r['steps_per_s']:>12,.0f}{r['seconds']:>10.2f}{r['mb']:>10.1f}"
                   f"{r['rss_growth_mb']:>16.1f}{r['traced_peak_mb']:>16.1f}")
 
         t0 = time.perf_counter()

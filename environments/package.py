@@ -290,6 +290,11 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     if not (isinstance(hidden, list) and all(isinstance(field, str) for field in hidden)):
         problem("hidden_task_fields", "'hidden_task_fields' must be a list of strings")
 
+    text_answer = raw.get("text_answer")
+    if text_answer is not None and not (isinstance(text_answer, str) and re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)?", text_answer)):
+        # A model's reply in plain text becomes a call of this tool (its "argument", or its first text argument).
+        problem("text_answer", f"'text_answer' must name a tool, e.g. \"submit_answer\" or \"submit_answer.answer\", not {text_answer!r}")
+
     if problems:
         return None, problems
     manifest = dict(raw)

@@ -41,11 +41,12 @@ class AgentStepError(Exception):
 
 
 class AgentDone(Exception):
-    """The agent stops acting (e.g. a model agent's turn limit): the episode ends and is verified."""
+    """The agent stops acting (e.g. a model agent's turn limit, or its answer in text): the episode
+    ends and is verified. `record`: what the agent recorded of its last turn, which took no step."""
 
-    def __init__(self, end_reason: str, reason: str):
+    def __init__(self, end_reason: str, reason: str, record: dict | None = None):
         super().__init__(reason)
-        self.end_reason, self.reason = end_reason, reason
+        self.end_reason, self.reason, self.record = end_reason, reason, record
 
 
 # The agent module of a random agent's sandbox: the SDK's sampler, nothing of the worker.
@@ -107,7 +108,9 @@ class ScriptedPolicy:
         self.sandbox.close()
 
 
-def policy_for(agent: Agent, *, seed: int):
+def policy_for(agent: Agent, *, seed: int, manifest: dict | None = None):
+    """The policy that acts for `agent`; `manifest` (the version's) carries what an agent may need of
+    the environment's declarations (a model agent: `text_answer`)."""
     if agent.kind == AgentKind.RANDOM:
         return RandomPolicy(agent, seed=seed)
     if agent.kind == AgentKind.SCRIPTED:
@@ -115,5 +118,5 @@ def policy_for(agent: Agent, *, seed: int):
     if agent.kind == AgentKind.OPENAI:
         from .openai_agent import OpenAIPolicy
 
-        return OpenAIPolicy(agent, seed=seed)
+        return OpenAIPolicy(agent, seed=seed, text_answer=(manifest or {}).get("text_answer"))
     raise NoActionSpace(f"agents of kind {agent.kind!r} cannot run in this worker yet")

@@ -72,13 +72,12 @@ def create_run(request, payload: RunIn):
     """Start a run: one rollout per task x seed x repeat, each a Celery task."""
     require(request, "run")
     version = version_by_label(team=request.team, label=payload.version)
-    if payload.agent == "random":
+    agent = selectors.agent_by_reference(team=request.team, reference=payload.agent)
+    if agent is None and payload.agent == "random":
         agent = services.agent_get_or_create(team=request.team, actor=request.user, name="random", kind=AgentKind.RANDOM)
-    else:
-        agent_id = int(payload.agent) if str(payload.agent).isdigit() else -1
-        agent = Agent.objects.filter(team=request.team, pk=agent_id).first()
-        if agent is None:
-            raise services.InvalidRun(f"No agent {payload.agent!r} in this team; use 'random' or an agent id.", field="agent")
+    if agent is None:
+        raise services.InvalidRun(
+            f"No agent {payload.agent!r} in this team; use 'random', an agent's name or an agent id.", field="agent")
     if isinstance(payload.seeds, str):
         try:
             seeds = parse_seeds(payload.seeds)

@@ -64,7 +64,7 @@ def run_episode(rollout: Rollout) -> str:
 def _drive(setup) -> str:
     rollout = setup.rollout
     try:
-        policy = policy_for(rollout.run.agent, seed=setup.seed)
+        policy = policy_for(rollout.run.agent, seed=setup.seed, manifest=setup.version.manifest)
     except AgentFailed as exc:
         # No sandbox started yet: the rollout ends with the agent's reason, not as a worker bug.
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
@@ -114,6 +114,9 @@ def _drive_with(setup, policy) -> str:
             continue
         except AgentDone as exc:
             end_reason = exc.end_reason
+            if exc.record:
+                # The agent's last turn took no step (a model's answer in text): kept for the transcript.
+                setup.reproduction["agent_last_turn"] = exc.record
             break
         episode_step(episode=episode, action=action, agent_record=_record(policy))
     writer.flush()

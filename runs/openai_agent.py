@@ -6,6 +6,12 @@ each tool call the model makes becomes one step action `{"tool": name, "argument
 resulting observation goes back as the tool's result. A malformed call (bad JSON, unknown tool,
 arguments failing the tool's schema) is recorded as a step the environment never sees, and the model
 reads the error on its next turn; HTTP 429/5xx and timeouts are retried with bounded backoff.
+
+A reply with text and no tool call is the model's answer: when environment.toml names a
+`text_answer` tool the text becomes that tool's call (the episode's last action), otherwise the
+episode ends there; either way the verifier judges it. Each model exchange is recorded on the step of
+its first call: the messages added since the previous request, the assistant message as received
+and, on the first turn, the tools offered, so exports rebuild exactly the transcript the model saw.
 """
 import base64
 import hashlib
@@ -304,13 +310,48 @@ def _as_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=array_json_default)
 
 
+# What the model reads after each of its actions: one definition, used by the policy and by exports
+# (which rebuild the results of the last turn, the ones no later request carried).
+
+def tool_result_message(call_id: str, observation) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": _as_text(observation)}
+
+
+def step_error_message(call_id: str | None, reason: str) -> dict:
+    if call_id is not None:
+        return {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"error": reason})}
+    return {"role": "user", "content": f"Error: {reason}"}
+
+
+def text_answer_call(text_answer, tools: dict[str, dict]) -> tuple[str, str] | None:
+    """(tool, argument) a text answer maps to, from environment.toml's `text_answer = "tool"` (its
+    first required string argument) or `"tool.argument"`; None when the tool or argument is missing."""
+    if not isinstance(text_answer, str) or not text_answer.strip():
+        return None
+    name, _, argument = text_answer.strip().partition(".")
+    spec = tools.get(name)
+    if spec is None:
+        return None
+    properties = (spec.get("parameters") or {}).get("properties") or {}
+    if argument:
+        return (name, argument) if argument in properties or not properties else None
+    required = (spec.get("parameters") or {}).get("required") or []
+    strings = [key for key, prop in properties.items() if isinstance(prop, dict) and prop.get("type") == "string"]
+    for key in [*[r for r in required if r in strings], *strings]:
+        return name, key
+    return None
+
+
 class OpenAIPolicy:
     """Drives one episode: the engine calls `act` for each action; one model reply may hold several
     tool calls, which become consecutive steps before the model is asked again."""
 
-    def __init__(self, agent: Agent, *, seed: int, api_key: str | None = None):
+    def __init__(self, agent: Agent, *, seed: int, api_key: str | None = None, text_answer: str | None = None):
         self.agent = agent
         self.seed = seed
+        self.text_answer = text_answer  # environment.toml's `text_answer`: the tool a text reply calls
+        self.answered = False  # a text answer was played: the episode ends at the next turn
+        self.sent_upto = 0  # messages[:sent_upto] are already in an earlier exchange's record
         self.config, _ = checked_config(agent.config)
         self.api_key = api_key_of(agent) if api_key is None else api_key
         self.endpoint: ModelEndpoint | None = None
@@ -335,13 +376,16 @@ class OpenAIPolicy:
                            ("{tools}", ", ".join(self.tools))):
             prompt = prompt.replace(key, value)
         self.messages = [{"role": "system", "content": prompt}]
+        self.sent_upto = 0
         self.endpoint = ModelEndpoint(self.config, self.api_key)
         self.facts = {"model": self.config["model"], "base_url": self.config["base_url"]}
 
     def act(self, observation, info):
         self.step_record = None
+        if self.answered:
+            raise AgentDone("answered", "the model gave its answer as text")
         if self.awaiting is not None:
-            self.messages.append({"role": "tool", "tool_call_id": self.awaiting, "content": _as_text(observation)})
+            self.messages.append(tool_result_message(self.awaiting, observation))
             self.awaiting = None
         elif not self.queue and not self.error_fed:
             self.messages.append({"role": "user", "content": self._observation_text(observation)})
@@ -389,6 +433,8 @@ class OpenAIPolicy:
         record = {
             "turn": self.turns,
             "request": {"messages": len(self.messages), "bytes": request_bytes},
+            # What this request added to the conversation (earlier records hold the rest) ...
+            "messages": self.messages[self.sent_upto:],
             "reply": {
                 "content": (content or "")[:REPLY_TEXT_LIMIT] or None,
                 "tool_calls": [
@@ -400,26 +446,28 @@ class OpenAIPolicy:
             "usage": usage,
             **exchange,
         }
+        if self.turns == 1:
+            record["tools"] = body.get("tools") or []
         assistant = {"role": "assistant", "content": content}
         if tool_calls:
             assistant["tool_calls"] = tool_calls
         self.messages.append(assistant)
+        record["assistant"] = assistant  # ... and the reply as received, arguments as the model wrote them
+        self.sent_upto = len(self.messages)
         if tool_calls:
             for position, call in enumerate(tool_calls):
                 # The exchange is recorded once, on the step of its first call, so sums stay right.
                 step_record = record if position == 0 else {"turn": self.turns, "call": position}
+                step_record["call_id"] = call.get("id") or f"call_{self.turns}"
                 self.queue.append((call, step_record))
         else:
             self.queue.append(({"text": content or ""}, record))
 
     def _action_from(self, call: dict):
         if "text" in call:
-            if self.tools:
-                self._step_error(
-                    {"text": call["text"]}, None,
-                    f"the reply had no tool call; answer by calling one of the tools ({', '.join(self.tools)})",
-                )
             self.errors_in_a_row = 0
+            if self.tools:
+                return self._text_answer(call["text"])
             text = call["text"].strip()
             try:
                 return json.loads(text)
@@ -448,14 +496,23 @@ class OpenAIPolicy:
         self.awaiting = call_id
         return {"tool": name, "arguments": arguments}
 
+    def _text_answer(self, text: str):
+        """A reply without a tool call is the model's answer: the environment's text_answer tool gets
+        it as its last action, or, without one, the episode ends here; the verifier judges either."""
+        target = text_answer_call(self.text_answer, self.tools)
+        self.step_record["text_answer"] = True
+        if target is None:
+            why = ("" if not self.text_answer else
+                   f" (text_answer {self.text_answer!r} names no tool with a text argument among {', '.join(self.tools)})")
+            raise AgentDone("answered", f"the model answered in text{why}", record=self.step_record)
+        self.answered = True
+        return {"tool": target[0], "arguments": {target[1]: text}}
+
     def _step_error(self, action, call_id: str | None, reason: str):
         """Tell the model what was wrong (as the call's result, or as a user message), then raise."""
         self.errors_in_a_row += 1
         self.error_fed = True
-        if call_id is not None:
-            self.messages.append({"role": "tool", "tool_call_id": call_id, "content": json.dumps({"error": reason})})
-        else:
-            self.messages.append({"role": "user", "content": f"Error: {reason}"})
+        self.messages.append(step_error_message(call_id, reason))
         if self.errors_in_a_row >= self.config["max_errors"]:
             raise AgentFailed(f"the model made {self.errors_in_a_row} malformed actions in a row; last: {reason}")
         raise AgentStepError(action, reason)

@@ -38,7 +38,7 @@ class AgentDetailOut(AgentOut):
 
 class RunIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
-    agent: str | int = Field("random", description="'random', or an agent id")
+    agent: str | int = Field("random", description="'random', an agent's name, or an agent id")
     task_ids: Literal["all"] | list[str] = Field("all", description="'all' or a list of task ids")
     difficulties: list[int] | None = None
     seeds: str | list[int] = Field("0", description="'0-9', '1,2,7' or a list of ints")

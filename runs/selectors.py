@@ -9,6 +9,18 @@ def agents_for_team(*, team):
     return Agent.objects.filter(team=team).order_by("name")
 
 
+def agent_by_reference(*, team, reference) -> Agent | None:
+    """The team's agent a run names: by id (a number) or by name ("random" included, when the team has
+    an agent of that name); None when neither matches."""
+    agents = Agent.objects.filter(team=team)
+    text = str(reference).strip()
+    if isinstance(reference, int) or text.isdigit():
+        found = agents.filter(pk=int(text)).first()
+        if found is not None:
+            return found
+    return agents.filter(name=text).first()
+
+
 def runs_for_team(*, team):
     return (
         Run.objects.filter(team=team)

@@ -198,6 +198,8 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
         raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
     episode.observation = observation
     episode.reset_info = reset_info = getattr(sandbox, "reset_info", None) or {}
+    # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
+    setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
     Rollout.objects.filter(pk=rollout.pk).update(
         initial_observation=arrays_store(rollout_id=rollout.pk, stem="reset", value=observation), reset_info=reset_info,
     )

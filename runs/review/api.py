@@ -12,7 +12,8 @@ from studio.inputs import BIGINT_MAX
 
 from ..models import Rollout, Run, Step
 from . import selectors, services
-from .export import export_lines
+from .export import ExportFilter
+from .export_http import export_response
 from .schemas import AgreementOut, AnnotationIn, AnnotationOut, LabelHistoryOut, LabelIn, LabelOut, NextOut, QueuePage
 
 router = Router(tags=["review"])
@@ -185,34 +186,54 @@ def run_agreement(request, run_id: int):
     return selectors.agreement(run=get_object_or_404(Run, team=request.team, pk=run_id), viewer=request.user)
 
 
-Decision = Literal["approved", "overridden", "all"]
-Format = Literal["trajectory", "chat"]
+Decision = Literal["approved", "overridden", "rejected", "proposed", "all"]
+Format = Literal["trajectory", "chat", "inspect"]
+Arguments = Literal["object", "string"]
+File = Literal["jsonl", "parquet"]
 
 
-def _stream(request, rollouts, *, decision, fmt, filename) -> StreamingHttpResponse:
-    lines = export_lines(rollouts, decision=decision, fmt=fmt, viewer=request.user)
-    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
-    suffix = "" if fmt == "trajectory" else "-chat"
-    response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{suffix}.jsonl"'
-    return response
+class ExportQuery(Schema):
+    decision: Decision = "approved"
+    format: Format = "trajectory"
+    arguments: Arguments = "object"
+    file: File = "jsonl"
+
+    def export_filter(self, *, min_reward=None, max_reward=None) -> ExportFilter:
+        return ExportFilter(decision=self.decision, min_reward=min_reward, max_reward=max_reward)
+
+
+def _stream(request, rollouts, *, query: ExportQuery, filters: ExportFilter, filename) -> StreamingHttpResponse:
+    """The download, labels as the caller may see them; an export that matches nothing is an empty
+    file with `X-Export-Count: 0`."""
+    return export_response(rollouts, filters=filters, fmt=query.format, arguments=query.arguments, file=query.file,
+                           filename=filename, viewer=request.user)
 
 
 @router.get("/runs/{run_id}/export", response={200: None})
-def export_run(request, run_id: int, decision: Decision = "approved", format: Format = "trajectory"):
-    """JSON lines, one rollout a line, streamed. decision: approved (approved or overridden), overridden, all."""
+def export_run(request, run_id: int, query: Query[ExportQuery], min_reward: float | None = None,
+               max_reward: float | None = None):
+    """The run's rollouts, streamed. decision: the current label (approved = approved or overridden),
+    min_reward/max_reward: the exported reward (the current label's value, else the verifier's);
+    format: trajectory, chat, or inspect (an Inspect AI .json log); arguments (chat): tool-call
+    arguments as objects or JSON strings; file: jsonl or parquet. `X-Export-Count` says how many rollouts the file holds."""
     run = get_object_or_404(Run, team=request.team, pk=run_id)
-    return _stream(request, run.rollouts.all(), decision=decision, fmt=format, filename=f"run-{run.pk}")
+    filters = query.export_filter(min_reward=min_reward, max_reward=max_reward)
+    return _stream(request, run.rollouts.all(), query=query, filters=filters, filename=f"run-{run.pk}")
 
 
 @router.get("/environments/{slug}/versions/{number}/export", response={200: None})
-def export_version(request, slug: str, number: int, decision: Decision = "approved", format: Format = "trajectory"):
+def export_version(request, slug: str, number: int, query: Query[ExportQuery], min_reward: float | None = None,
+                   max_reward: float | None = None):
+    """The version's rollouts, with the parameters of GET /runs/{run_id}/export."""
     version = _version(request, slug, number)
     rollouts = Rollout.objects.filter(team=request.team, run__environment_version=version)
-    return _stream(request, rollouts, decision=decision, fmt=format, filename=f"{slug}-v{number}")
+    filters = query.export_filter(min_reward=min_reward, max_reward=max_reward)
+    return _stream(request, rollouts, query=query, filters=filters, filename=f"{slug}-v{number}")
 
 
 @router.get("/review/export", response={200: None})
-def export_filtered(request, query: Query[QueueQuery], decision: Decision = "approved", format: Format = "trajectory"):
-    """Export the team's rollouts matching the queue filters (environment, version, run, agent, reward, outcome)."""
-    rollouts = selectors.rollouts_matching(team=request.team, filters=query.filters())
-    return _stream(request, rollouts, decision=decision, fmt=format, filename=f"{request.team.slug}-rollouts")
+def export_filtered(request, queue: Query[QueueQuery], query: Query[ExportQuery]):
+    """Export the team's rollouts matching the queue filters (environment, version, run, agent, the
+    verifier's proposed reward, outcome), with the label and file parameters of GET /runs/{run_id}/export."""
+    rollouts = selectors.rollouts_matching(team=request.team, filters=queue.filters())
+    return _stream(request, rollouts, query=query, filters=query.export_filter(), filename=f"{request.team.slug}-rollouts")

@@ -8,19 +8,28 @@ columns travel as PostgreSQL's text and are spliced in without being parsed.
 import json
 from collections.abc import Iterator
 
+from dataclasses import dataclass
+
 from django.db import connection
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Coalesce
+
+from studio.errors import DomainError
 
 from ..artifacts import arrays_inline
 from ..models import LabelDecision, Run
 from ..selectors import with_current_label
+from .export_chat import ARGUMENT_MODES, chat_row
 from .selectors import rollouts_owed_by
 
-EXPORT_DECISIONS = ("approved", "overridden", "all")
+EXPORT_DECISIONS = ("approved", "overridden", "rejected", "proposed", "all")
 EXPORT_FORMATS = ("trajectory", "chat")
 # "approved" exports what a trainer may use: approved labels and overrides (a human gave the value).
 DECISION_FILTER = {
     "approved": (LabelDecision.APPROVED, LabelDecision.OVERRIDDEN),
     "overridden": (LabelDecision.OVERRIDDEN,),
+    "rejected": (LabelDecision.REJECTED,),
+    "proposed": (LabelDecision.PROPOSED,),
     "all": None,
 }
 CHUNK_ROLLOUTS = 200
@@ -28,7 +37,7 @@ CHUNK_STEPS = 20_000
 
 ROLLOUT_FIELDS = (
     "id", "run_id", "task_id", "seed", "repeat", "status", "end_reason", "total_reward", "verifier_reward",
-    "verifier_reason", "initial_observation", "reset_info", "step_count",
+    "verifier_reason", "initial_observation", "reset_info", "step_count", "reproduction",
 )
 STEPS_SQL = (
     "SELECT rollout_id, index, action::text, observation::text, reward, terminated, truncated, info::text "
@@ -49,33 +58,87 @@ ANNOTATIONS_SQL = (
 )
 
 
-class InvalidExport(ValueError):
-    pass
+class InvalidExport(DomainError):
+    """An export request that cannot be met (a 400 naming the parameter at fault)."""
 
 
-def export_rollouts(rollouts, *, decision: str = "approved", viewer=None):
-    """Narrow a rollout queryset to those whose current label matches `decision`. For a `viewer` who
-    still owes a blind review of a rollout, its current label is the verifier's proposal, which no
-    human decision filter matches: the export neither shows nor implies the others' decisions."""
-    if decision not in DECISION_FILTER:
-        raise InvalidExport(f"decision must be one of {', '.join(EXPORT_DECISIONS)}")
-    wanted = DECISION_FILTER[decision]
+@dataclass(frozen=True)
+class ExportFilter:
+    """Which rollouts an export holds: by the current label's decision and by the reward the export
+    gives each rollout (its current label's value, else the verifier's reward), both ends inclusive."""
+
+    decision: str = "approved"
+    min_reward: float | None = None
+    max_reward: float | None = None
+
+    def __post_init__(self):
+        if self.decision not in DECISION_FILTER:
+            raise InvalidExport(f"decision must be one of {', '.join(EXPORT_DECISIONS)}, not {self.decision!r}", field="decision")
+        if self.min_reward is not None and self.max_reward is not None and self.min_reward > self.max_reward:
+            raise InvalidExport(f"min_reward ({self.min_reward:g}) is above max_reward ({self.max_reward:g})", field="min_reward")
+
+    def describe(self) -> str:
+        """The filter in words, for "0 rollouts match ..." messages."""
+        words = {"approved": "approved or overridden", "all": "any label"}.get(self.decision, self.decision)
+        if self.min_reward is not None and self.max_reward is not None:
+            words += f", reward {self.min_reward:g} to {self.max_reward:g}"
+        elif self.min_reward is not None:
+            words += f", reward at least {self.min_reward:g}"
+        elif self.max_reward is not None:
+            words += f", reward at most {self.max_reward:g}"
+        return words
+
+
+def export_rollouts(rollouts, *, decision: str = "approved", filters: ExportFilter | None = None, viewer=None):
+    """Narrow a rollout queryset to those the filter admits (by default: current label approved or
+    overridden), as `viewer` may see them. For a viewer who still owes a blind review of a rollout,
+    its label is the verifier's proposal and its reward the verifier's: no human decision filter
+    matches it and no reward range reveals a human's value (None: an operator's export, every label)."""
+    filters = filters or ExportFilter(decision=decision)
+    wanted = DECISION_FILTER[filters.decision]
+    owed = rollouts_owed_by(viewer=viewer, rollouts=rollouts).values("pk") if viewer is not None else None
+    rollouts = with_current_label(rollouts)
     if wanted is not None:
+        match = Q(current_label_decision__in=wanted)
+        if owed is not None:
+            match = (match & ~Q(pk__in=owed)) | (Q(pk__in=owed) if filters.decision == "proposed" else Q(pk__in=[]))
+        rollouts = rollouts.filter(match)
+    if filters.decision in ("approved", "overridden"):
         # What a trainer may use has a reward: a label without a value never leaves as approved.
-        rollouts = with_current_label(rollouts).filter(current_label_decision__in=wanted, current_label_value__isnull=False)
-        if viewer is not None:
-            rollouts = rollouts.exclude(pk__in=rollouts_owed_by(viewer=viewer, rollouts=rollouts).values("pk"))
+        rollouts = rollouts.filter(current_label_value__isnull=False)
+    if filters.min_reward is not None or filters.max_reward is not None:
+        reward = Coalesce(F("current_label_value"), F("verifier_reward"))
+        if owed is not None:
+            reward = Case(When(pk__in=owed, then=Coalesce(F("verifier_reward"), F("total_reward"))), default=reward)
+        rollouts = rollouts.annotate(export_reward=reward)
+        if filters.min_reward is not None:
+            rollouts = rollouts.filter(export_reward__gte=filters.min_reward)
+        if filters.max_reward is not None:
+            rollouts = rollouts.filter(export_reward__lte=filters.max_reward)
     return rollouts
 
 
-def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory", viewer=None) -> Iterator[str]:
-    """Yield one JSON line ("...\\n") per rollout of the queryset whose current label matches, as
-    `viewer` may see it (None: an operator's export, every label)."""
+def export_count(rollouts, *, filters: ExportFilter, viewer=None) -> int:
+    return export_rollouts(rollouts, filters=filters, viewer=viewer).count()
+
+
+def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory", filters: ExportFilter | None = None,
+                 arguments: str = "object", viewer=None) -> Iterator[str]:
+    """Yield one JSON line ("...\\n") per rollout of the queryset that the filter admits, as `viewer`
+    may see it. `arguments` (chat): tool-call arguments as objects or as JSON strings."""
     if fmt not in EXPORT_FORMATS:
-        raise InvalidExport(f"format must be one of {', '.join(EXPORT_FORMATS)}")
-    rollouts = export_rollouts(rollouts, decision=decision, viewer=viewer)
+        raise InvalidExport(f"format must be one of {', '.join(EXPORT_FORMATS)}, not {fmt!r}", field="format")
+    if arguments not in ARGUMENT_MODES:
+        raise InvalidExport(f"arguments must be one of {', '.join(ARGUMENT_MODES)}, not {arguments!r}", field="arguments")
+    rollouts = export_rollouts(rollouts, decision=decision, filters=filters, viewer=viewer)
     heads: dict[int, dict] = {}
-    write = _trajectory_line if fmt == "trajectory" else _chat_line
+    if fmt == "trajectory":
+        write = _trajectory_line
+    else:
+        def write(head, row, steps, label, annotations):
+            parsed = [(index, _parsed(action), _parsed(observation), _parsed(info))
+                      for _, index, action, observation, _r, _t, _u, info in steps]
+            return _dump(chat_row(head, row, parsed, label, annotations, arguments=arguments)) + "\n"
     for chunk in _chunks(rollouts):
         ids = [row["id"] for row in chunk]
         for run_id in {row["run_id"] for row in chunk} - heads.keys():
@@ -98,6 +161,10 @@ def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory
                             break
                         steps.append(step)
                 yield write(heads[row["run_id"]], row, steps, labels.get(row["id"]), annotations.get(row["id"], []))
+
+
+def _parsed(text: str | None):
+    return None if text is None else json.loads(text)
 
 
 def _chunks(rollouts) -> Iterator[list[dict]]:
@@ -197,55 +264,3 @@ def _trajectory_line(head, row, steps, label, annotations) -> str:
         for _, index, action, observation, reward, terminated, truncated, info in steps
     )
     return _dump(meta)[:-1] + ',"steps":[' + step_text + "]}\n"
-
-
-def _tool_call(action) -> tuple[str, dict] | None:
-    """(name, arguments) when the action is a tool call ({"tool"|"name": str, "arguments": {...}})."""
-    if not isinstance(action, dict):
-        return None
-    name = action.get("tool") or action.get("name")
-    arguments = action.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError:
-            return None
-    if not isinstance(name, str) or not isinstance(arguments, dict):
-        return None
-    return name, arguments
-
-
-def _chat_line(head, row, steps, label, annotations) -> str:
-    """OpenAI-style chat: the observation as the user turn, each action an assistant tool call
-    (or plain content when the env takes no tool calls) answered by a tool (or user) message."""
-    messages = [
-        {"role": "system", "content": f"You act in the environment {head['version']} (task {row['task_id']})."},
-        {"role": "user", "content": _dump(arrays_inline(row["initial_observation"], rollout_id=row["id"]))},
-    ]
-    for _, index, action_text, observation_text, *_rest in steps:
-        observation_text = _observation_text(row["id"], observation_text)
-        action = json.loads(action_text) if action_text is not None else None
-        call = _tool_call(action)
-        if call is not None:
-            call_id = f"call_{index}"
-            messages.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": call_id, "type": "function", "function": {"name": call[0], "arguments": _dump(call[1])}},
-            ]})
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": observation_text or "null"})
-        else:
-            messages.append({"role": "assistant", "content": _dump(action)})
-            messages.append({"role": "user", "content": observation_text or "null"})
-    line = {
-        "messages": messages,
-        "reward": label[0]["value"] if label else row["verifier_reward"],
-        "metadata": {
-            "environment": head["environment"], "version": head["version"], "content_hash": head["content_hash"],
-            "agent": head["agent"]["name"], "rollout_id": row["id"], "run_id": row["run_id"], "task_id": row["task_id"],
-            "seed": row["seed"], "verifier_reward": row["verifier_reward"],
-            "label": None if label is None else {"value": label[0]["value"], "decision": label[0]["decision"]},
-            "tags": sorted({tag for note in annotations for tag in note["tags"]}),
-        },
-    }
-    if head["tools"]:
-        line["tools"] = head["tools"]
-    return _dump(line) + "\n"

@@ -2,7 +2,7 @@
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -13,7 +13,9 @@ from studio.errors import DomainError
 
 from ..models import Agent, Rollout, Run, Step
 from . import selectors, services
-from .export import export_lines
+from .export import ExportFilter, InvalidExport, export_count
+from .export_chat import ARGUMENT_MODES
+from .export_http import export_response
 
 QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
 FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome")
@@ -197,21 +199,42 @@ def annotate(request, rollout_id):
 @team_view("read")
 def export_run(request, run_id):
     run = get_object_or_404(Run, team=request.team, pk=run_id)
-    return _stream(request, run.rollouts.all(), f"run-{run.pk}")
+    return _export(request, run.rollouts.all(), f"run-{run.pk}")
 
 
 @team_view("read")
 def export_version(request, slug, number):
     rollouts = Rollout.objects.filter(team=request.team, run__environment_version__environment__slug=slug,
                                       run__environment_version__number=number)
-    return _stream(request, rollouts, f"{slug}-v{number}")
+    return _export(request, rollouts, f"{slug}-v{number}")
 
 
-def _stream(request, rollouts, filename):
-    decision = request.GET.get("decision", "approved")
-    fmt = request.GET.get("format", "trajectory")
-    if decision not in ("approved", "overridden", "all") or fmt not in ("trajectory", "chat"):
-        return HttpResponse("decision must be approved, overridden or all; format trajectory or chat", status=400)
-    response = StreamingHttpResponse(export_lines(rollouts, decision=decision, fmt=fmt, viewer=request.user), content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="{filename}-{decision}{"" if fmt == "trajectory" else "-chat"}.jsonl"'
-    return response
+def _export(request, rollouts, filename):
+    """The download the export form asked for, or a page that says why there is none (bad
+    parameters, or no rollout matching: an empty file would look like a failed download)."""
+    params = request.GET
+    fmt, arguments, file = params.get("format", "trajectory"), params.get("arguments", "object"), params.get("file", "jsonl")
+    try:
+        bounds = {}
+        for key in ("min_reward", "max_reward"):
+            text = params.get(key, "").strip()
+            try:
+                bounds[key] = float(text) if text else None
+            except ValueError:
+                raise InvalidExport(f"{key} must be a number, not {text!r}", field=key) from None
+        filters = ExportFilter(decision=params.get("decision", "approved"), **bounds)
+        if arguments not in ARGUMENT_MODES:
+            raise InvalidExport(f"arguments must be one of {', '.join(ARGUMENT_MODES)}", field="arguments")
+        count = export_count(rollouts, filters=filters, viewer=request.user)
+        if count == 0:
+            return render(request, "review/export_empty.html", {"filters": filters.describe(), "back": _back(request)})
+        return export_response(rollouts, filters=filters, fmt=fmt, arguments=arguments, file=file, filename=filename,
+                               viewer=request.user, count=count)
+    except InvalidExport as exc:
+        return render(request, "review/export_empty.html", {"problem": exc.message, "back": _back(request)}, status=400)
+
+
+def _back(request) -> str:
+    """Where the export form was (same site only), for the "back" link."""
+    referer = request.headers.get("Referer", "")
+    return referer if referer.startswith(request.build_absolute_uri("/")) else ""

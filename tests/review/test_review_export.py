@@ -59,7 +59,7 @@ def test_chat_format_turns_tool_calls_into_assistant_tool_calls(make_run):
     roles = [m["role"] for m in line["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]
     call = line["messages"][2]["tool_calls"][0]
-    assert call["function"] == {"name": "lookup_item", "arguments": '{"name":"item 0"}'}
+    assert call["function"] == {"name": "lookup_item", "arguments": {"name": "item 0"}}
     assert line["messages"][3]["tool_call_id"] == call["id"]
     assert json.loads(line["messages"][3]["content"]) == {"n": 0, "text": "é ✓"}
     assert line["reward"] == 1.0 and line["metadata"]["label"] == {"value": 1.0, "decision": "proposed"}

@@ -1,0 +1,37 @@
+"""The export as an HTTP download, one definition for the pages and the API: JSON lines or Parquet,
+streamed, or an Inspect AI log, with the number of rollouts it holds in `X-Export-Count`."""
+from django.http import StreamingHttpResponse
+
+from .export import EXPORT_FORMATS, ExportFilter, InvalidExport, export_count, export_lines
+from .export_parquet import parquet_chunks
+
+EXPORT_FILES = ("jsonl", "parquet")
+# "inspect": an Inspect AI .json log of the chat transcripts (a file type of its own).
+DOWNLOAD_FORMATS = (*EXPORT_FORMATS, "inspect")
+CONTENT_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
+
+
+def export_response(rollouts, *, filters: ExportFilter, fmt: str, arguments: str, file: str, filename: str,
+                    viewer=None, count: int | None = None) -> StreamingHttpResponse:
+    """`viewer`: the member downloading (labels as they may see them, blind review kept)."""
+    if fmt not in DOWNLOAD_FORMATS:
+        raise InvalidExport(f"format must be one of {', '.join(DOWNLOAD_FORMATS)}, not {fmt!r}", field="format")
+    if file not in EXPORT_FILES:
+        raise InvalidExport(f"file must be one of {', '.join(EXPORT_FILES)}, not {file!r}", field="file")
+    if fmt == "inspect" and file != "jsonl":
+        raise InvalidExport("an Inspect log is a .json file of its own: leave file at jsonl", field="file")
+    count = export_count(rollouts, filters=filters, viewer=viewer) if count is None else count
+    if fmt == "inspect":
+        from runs.interop.inspect_log import inspect_log_bytes  # Inspect is a large import: only when asked
+
+        response = StreamingHttpResponse([inspect_log_bytes(rollouts, filters=filters, viewer=viewer)], content_type="application/json")
+        extension = "json"
+    else:
+        lines = export_lines(rollouts, filters=filters, fmt=fmt, arguments=arguments, viewer=viewer)
+        body = parquet_chunks(lines, fmt=fmt, arguments=arguments) if file == "parquet" else lines
+        response = StreamingHttpResponse(body, content_type=CONTENT_TYPES[file])
+        extension = file
+    suffix = "" if fmt == "trajectory" else f"-{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{filename}-{filters.decision}{suffix}.{extension}"'
+    response["X-Export-Count"] = str(count)
+    return response
