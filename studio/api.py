@@ -86,3 +86,7 @@ api.add_router("/", review_router)
 from runs.sessions.api import router as sessions_router  # noqa: E402
 
 api.add_router("/", sessions_router)
+
+from runs.quality.api import router as quality_router  # noqa: E402
+
+api.add_router("/", quality_router)
