@@ -281,7 +281,7 @@ def card_lines(report: dict) -> list[dict]:
     oracle = report["oracle"]
     if oracle is None:
         lines.append({"check": "oracle", "level": AMBER, "rollout": None,
-                      "text": "No oracle: the package has no oracle.py, so solvability is unchecked."})
+                      "text": "No oracle: the package has no oracle.py (or [quality] oracle), so solvability is unchecked."})
     elif oracle["errors"]:
         error = oracle["errors"][0]
         lines.append({"check": "oracle", "level": RED, "rollout": error["rollout"],

@@ -41,7 +41,7 @@ def success_words(version) -> list[str]:
     """Words the environment's own code uses for success (string literals of its .py files)."""
     words = set()
     for path, text in version.files.items():
-        if not path.endswith(".py") or path.startswith("probes/") or path == "oracle.py":
+        if not path.endswith(".py") or path.startswith("probes/") or path == oracle_path(version):
             continue
         try:
             tree = ast.parse(text)
@@ -68,6 +68,11 @@ def author_probes(version) -> dict[str, str]:
         Path(path).stem: text for path, text in sorted(version.files.items())
         if path.startswith("probes/") and path.endswith(".py") and path.count("/") == 1
     }
+
+
+def oracle_path(version) -> str:
+    """The package's reference solution: oracle.py, or the file `[quality] oracle` names."""
+    return str((version.manifest.get("quality") or {}).get("oracle") or "oracle.py")
 
 
 def checked_seeds(seeds) -> list[int]:
@@ -99,13 +104,13 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     for name, code in author_probes(version).items():
         agent = run_services.agent_get_or_create(team=team, actor=actor, name=f"{slug}-probe-{name}", kind=AgentKind.SCRIPTED, code=code)
         plan.append((AuditRole.PROBE, name, agent, 1))
-    oracle = None
-    if "oracle.py" in version.files:
+    oracle, oracle_file = None, oracle_path(version)
+    if oracle_file in version.files:
         try:
             oracle = run_services.agent_get_or_create(team=team, actor=actor, name=f"{slug}-oracle", kind=AgentKind.SCRIPTED,
-                                                      code=version.files["oracle.py"])
+                                                      code=version.files[oracle_file])
         except run_services.InvalidAgent as exc:
-            raise InvalidAudit(f"oracle.py: {exc.message}", field="version") from None
+            raise InvalidAudit(f"{oracle_file}: {exc.message}", field="version") from None
         plan.append((AuditRole.ORACLE, "oracle", oracle, 1))
     plan.append((AuditRole.DETERMINISM, "determinism", oracle or random_agent, 2))
     try:
