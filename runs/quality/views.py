@@ -9,6 +9,8 @@ from environments import selectors as env_selectors
 from studio.access import team_view
 from studio.errors import DomainError
 
+from ..forms import parse_seeds
+
 from . import report as figures
 from . import selectors, services
 from .models import AuditStatus
@@ -45,7 +47,10 @@ def version_card(request, slug, number):
 def audit_start(request, slug, number):
     env, version = _version(request, slug, number)
     try:
-        audit = services.audit_start(version=version, actor=request.user)
+        seeds = parse_seeds(request.POST.get("seeds") or "0-4")
+        audit = services.audit_start(version=version, actor=request.user, seeds=seeds)
+    except ValueError as exc:
+        messages.error(request, f"Seeds: {exc}")
     except DomainError as exc:
         messages.error(request, exc.message)
     else:

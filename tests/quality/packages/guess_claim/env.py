@@ -40,7 +40,9 @@ class GuessClaim(Environment):
         return f"{guess} is {hint}", STEP_PENALTY, False, False, {"valid": True}
 
     def verify(self):
-        if self.solved or self.claimed:
+        if self.claimed:
+            return 1.0, "the agent says its answer is correct"
+        if self.solved:
             return 1.0, f"guessed {self.secret} in {self.steps} steps"
         return 0.0, f"did not guess the number in {self.steps} steps"
 
