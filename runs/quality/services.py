@@ -86,7 +86,7 @@ def checked_seeds(seeds) -> list[int]:
 
 def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     """Queue the audit's runs: each probe, the oracle (when the package has oracle.py) and the
-    determinism pairs (the oracle, else the random agent, twice per task and seed)."""
+    determinism pairs (the random agent twice per task and seed)."""
     team = version.environment.team
     seeds = checked_seeds(seeds)
     if not version.tasks:
@@ -112,7 +112,9 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
         except run_services.InvalidAgent as exc:
             raise InvalidAudit(f"{oracle_file}: {exc.message}", field="version") from None
         plan.append((AuditRole.ORACLE, "oracle", oracle, 1))
-    plan.append((AuditRole.DETERMINISM, "determinism", oracle or random_agent, 2))
+    # The random agent draws its actions from the rollout's seed: a deterministic agent that needs no
+    # agent sandbox, so the pairs cost half of a scripted agent's.
+    plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 2))
     try:
         with transaction.atomic():
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor)

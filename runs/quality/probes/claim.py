@@ -30,7 +30,7 @@ def actions():
     for tool in TOOLS:
         yield {"tool": tool, "arguments": {"answer": text}}
     yield {"done": True, "success": True, "answer": text}
-    yield text * 200  # a very long answer
+    yield (text + " ") * (8000 // (len(text) + 1) + 1)  # a very long answer (~8 KB)
     for tool in TOOLS:
         yield {"tool": tool, "arguments": {}}
         for value in EXTREMES:
