@@ -55,8 +55,36 @@ def success_words(version) -> list[str]:
     return sorted(words)[:40]
 
 
-def probe_code(name: str, version) -> str:
+def env_interface(version) -> dict:
+    """What an agent can send: the action space and tools the environment shows after resetting its
+    first task (seed 0), so probes speak its language. Empty when it cannot be learnt (browser
+    environments, a failing reset): the probes then try text and common shapes."""
+    from django.conf import settings
+
+    from ..episodes.setup import effective_limits
+    from ..sandbox import SandboxError, SandboxLimits
+    from ..sandbox.backends import sandbox_for
+
+    if (version.manifest.get("kind") or "python") != "python" or not version.tasks:
+        return {}
+    sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+    try:
+        sandbox.start(version.files, mode="env", entrypoint=version.manifest["entrypoint"],
+                      limits=SandboxLimits.from_dict(effective_limits(version, None)))
+        sandbox.reset(version.tasks[0], 0)
+        return {"action_space": sandbox.action_space, "tools": sandbox.tools or []}
+    except SandboxError:
+        return {}
+    finally:
+        sandbox.close()
+
+
+def probe_code(name: str, version, interface: dict | None = None) -> str:
+    """A built-in probe's code with what it knows of this version filled in."""
     code = (PROBES_DIR / f"{name}.py").read_text(encoding="utf-8")
+    interface = env_interface(version) if interface is None else interface
+    code = code.replace("SPACE = None", f"SPACE = {interface.get('action_space')!r}", 1)
+    code = code.replace("TOOL_SPECS = []", f"TOOL_SPECS = {interface.get('tools') or []!r}", 1)
     if name == "claim":
         code = code.replace("WORDS = []", f"WORDS = {success_words(version)!r}", 1)
     return code
@@ -94,12 +122,13 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     slug = version.environment.slug
     random_agent = run_services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
     plan = []
+    interface = env_interface(version)
     for name in figures.BUILTIN_PROBES:
         if name == "random":
             plan.append((AuditRole.PROBE, name, random_agent, 1))
         else:
             agent = run_services.agent_get_or_create(team=team, actor=actor, name=f"probe-{name}", kind=AgentKind.SCRIPTED,
-                                                     code=probe_code(name, version))
+                                                     code=probe_code(name, version, interface))
             plan.append((AuditRole.PROBE, name, agent, 1))
     for name, code in author_probes(version).items():
         agent = run_services.agent_get_or_create(team=team, actor=actor, name=f"{slug}-probe-{name}", kind=AgentKind.SCRIPTED, code=code)

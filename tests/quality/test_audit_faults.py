@@ -21,8 +21,8 @@ class Env:
         return 0
 
     def step(self, action):
-        if action == "" and task_crash:
-            raise RuntimeError("cannot read an empty action")
+        if action == 0 and task_crash:
+            raise RuntimeError("cannot take action 0")
         self.n += 1
         return self.n, 0.0, self.n >= 2, False, {}
 
@@ -50,7 +50,7 @@ def test_an_environment_that_crashes_under_a_probe_is_a_finding_not_a_failed_aud
     audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0]))
     assert audit.status in (AuditStatus.PASSED, AuditStatus.FLAGGED) and audit.report is not None
     crash = next(line for line in audit.report["lines"] if line["check"] == "probe:noop:crash")
-    assert crash["level"] == "amber" and "cannot read an empty action" in crash["text"]
+    assert crash["level"] == "amber" and "cannot take action 0" in crash["text"]
     assert crash["rollout"] is not None
 
 

@@ -7,6 +7,8 @@ import re
 SECRET_KEYS = ("secret", "answer", "solution", "expected", "target", "goal", "password", "key", "truth")
 # `secret = 42`, "answer": "x", solution: 7 in a file it can read.
 ASSIGNED = re.compile(r"(?i)(?:secret|answer|solution|expected|target|truth)[\"']?\s*[:=]\s*[\"']?([\w.-]{1,64})")
+SPACE = None  # the environment's action space, filled in by the audit
+TOOL_SPECS = []  # its tools, filled in by the audit
 found = []
 turn = 0
 
@@ -60,6 +62,16 @@ def act(observation, info):
     value = candidates[turn % len(candidates)]
     turn += 1
     number = int(value) if re.fullmatch(r"-?\d+", value) else None
+    space = SPACE or {}
+    if space.get("type") == "discrete" and not TOOL_SPECS:
+        start, n = space.get("start", 0), space.get("n", 1)
+        # A numeric space takes only numbers in it: what it found, else its first action.
+        return number if number is not None and start <= number < start + n else start
+    for spec in TOOL_SPECS:
+        spec = spec.get("function") or spec
+        if any(word in str(spec.get("name")) for word in ("submit", "answer", "guess")):
+            properties = list(((spec.get("parameters") or {}).get("properties") or {}) or ["answer"])
+            return {"tool": spec.get("name"), "arguments": {name: number if number is not None else value for name in properties}}
     if number is not None and turn % 2:
         return {"guess": number, "answer": value}
     return {"answer": value}
