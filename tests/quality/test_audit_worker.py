@@ -73,3 +73,12 @@ def test_demo_guess_number_gets_a_green_card_and_the_cli_prints_the_report(make_
     assert [level["difficulty"] for level in report["difficulty"]] == [1, 2, 3]
     assert all(entry["level"] == "green" for entry in report["lines"]), report["lines"]
     assert report["flags"] == []
+
+
+@pytest.mark.parametrize("name", ["frozen_lake", "inventory_tools"])
+def test_the_other_python_demos_pass_their_audit(make_version, owner, celery_worker, name):
+    version = make_version(name)
+    audit = finished(services.audit_start(version=version, actor=owner, seeds=[0]))
+    assert audit.status == AuditStatus.PASSED, audit.report["flags"]
+    assert not [entry for entry in audit.report["lines"] if entry["level"] == "red"]
+    assert all(not probe["crashes"] for probe in audit.report["probes"])

@@ -133,3 +133,15 @@ def test_outsiders_see_no_card_and_no_audit_page(team, owner, outsider, labelled
     client = login(outsider)
     assert client.get(reverse("quality:audit", kwargs={"team": team.slug, "audit_id": audit.pk})).status_code in (403, 404)
     assert client.get(reverse("quality:card", kwargs={"team": team.slug, "slug": "counter2", "number": 1})).status_code in (403, 404)
+
+
+def test_ab_page_shows_the_difference_and_says_what_is_wrong(team, owner, labelled_v1):
+    v1, rollouts = labelled_v1
+    other = run_services.run_create(team=team, actor=owner, version=v1, agent=random_agent(team, owner), seeds=[10, 11], enqueue=False)
+    play_run(other)
+    client = login(owner)
+    url = reverse("quality:compare", kwargs={"team": team.slug})
+    page = client.get(url, {"runs": f"{rollouts[0].run_id},{other.pk}"}).content.decode()
+    assert 'data-figure="mean_difference"' in page and 'data-figure="p_value"' in page and "<meter" in page
+    refused = client.get(url, {"a": "counter2@1", "b": "counter2@1", "agent": "nobody"})
+    assert refused.status_code == 200 and "No agent named" in refused.content.decode()
