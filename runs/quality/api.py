@@ -8,7 +8,6 @@ from studio.errors import DomainError
 from ..forms import parse_seeds
 from . import selectors, services
 from .schemas import AuditIn, AuditOut, ReverifyIn, ReverifyOut
-from .views import card_of
 
 router = Router(tags=["quality"])
 
@@ -19,7 +18,7 @@ def audit_out(audit) -> dict:
         "seeds": audit.seeds, "created_at": audit.created_at, "finished_at": audit.finished_at,
         "runs": [{"run": entry.run_id, "role": entry.role, "name": entry.name, "status": entry.run.status}
                  for entry in audit.audit_runs.select_related("run").order_by("id")],
-        "report": audit.report, "since_parent": card_of(audit)["since_parent"],
+        "report": audit.report, "since_parent": selectors.audit_card(audit)["since_parent"],
     }
 
 

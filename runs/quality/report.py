@@ -228,7 +228,7 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
             oracle = oracle_figures(rows, task_ids)
         elif entry.role == AuditRole.DETERMINISM:
             determinism = determinism_figures(rows)
-    difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version, audit=audit))
+    difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
     report = {
         "audit": audit.pk,
         "version": version.label,
@@ -246,7 +246,7 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
     return report
 
 
-def version_rows(*, version, audit=None) -> list[dict]:
+def version_rows(*, version) -> list[dict]:
     """Done rollouts of the version for difficulty: every run except hack probes (which must fail)."""
     from .models import AuditRun
 

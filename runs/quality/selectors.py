@@ -5,7 +5,8 @@ from studio.errors import DomainError
 
 from ..figures import DONE_STATUSES
 from ..models import Agent, Rollout
-from .models import Audit
+from . import report as figures
+from .models import Audit, AuditStatus
 
 
 def audit_get(*, team, audit_id: int) -> Audit:
@@ -26,6 +27,19 @@ def latest_report(*, version) -> dict | None:
     return audit.report if audit else None
 
 
+def audit_card(audit) -> dict:
+    """What the card shows of an audit: its lines and, for a report, how it compares with the parent's."""
+    version = audit.environment_version if audit else None
+    report = audit.report if audit else None
+    parent_report = latest_report(version=version.parent) if version and version.parent_id else None
+    return {
+        "audit": audit,
+        "lines": (report or {}).get("lines", []),
+        "since_parent": figures.compared_with_parent(report, parent_report) if report else [],
+        "running": bool(audit and audit.status == AuditStatus.RUNNING),
+    }
+
+
 class InvalidComparison(DomainError):
     pass
 
@@ -41,8 +55,6 @@ def ab_compare(*, team, a: str = "", b: str = "", agent: str = "", runs: str = "
     """Version A/B for the page and the API: two runs (`runs` "12,15"), or one agent on versions a and b."""
     from environments.selectors import version_by_label
     from runs.selectors import runs_by_ids
-
-    from . import report as figures
 
     if runs:
         try:

@@ -11,22 +11,7 @@ from studio.errors import DomainError
 
 from ..forms import parse_seeds
 
-from . import report as figures
 from . import selectors, services
-from .models import AuditStatus
-
-
-def card_of(audit) -> dict:
-    """What the card shows of an audit: its lines and, for a report, how it compares with the parent's."""
-    version = audit.environment_version if audit else None
-    report = audit.report if audit else None
-    parent_report = selectors.latest_report(version=version.parent) if version and version.parent_id else None
-    return {
-        "audit": audit,
-        "lines": (report or {}).get("lines", []),
-        "since_parent": figures.compared_with_parent(report, parent_report) if report else [],
-        "running": bool(audit and audit.status == AuditStatus.RUNNING),
-    }
 
 
 def _version(request, slug, number):
@@ -39,7 +24,7 @@ def _version(request, slug, number):
 def version_card(request, slug, number):
     env, version = _version(request, slug, number)
     audit = selectors.latest_audit(version=version)
-    return render(request, "quality/_card.html", {"env": env, "version": version, **card_of(audit)})
+    return render(request, "quality/_card.html", {"env": env, "version": version, **selectors.audit_card(audit)})
 
 
 @require_POST
@@ -74,7 +59,7 @@ def audit_detail(request, audit_id):
     runs = audit.audit_runs.select_related("run__agent").order_by("id")
     return render(request, "quality/audit.html", {
         "audit": audit, "version": audit.environment_version, "env": audit.environment_version.environment,
-        "report": audit.report, "runs": runs, **card_of(audit),
+        "report": audit.report, "runs": runs, **selectors.audit_card(audit),
     })
 
 

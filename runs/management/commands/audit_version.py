@@ -9,7 +9,7 @@ from environments.selectors import version_by_label
 from runs.management.commands.run_rollouts import _actor, parse_seeds
 from runs.quality import services
 from runs.quality.models import Audit
-from runs.quality.views import card_of
+from runs.quality.selectors import audit_card
 from runs.tasks import execute_rollout
 from studio.errors import DomainError
 from studio.models import Team
@@ -54,7 +54,7 @@ class Command(BaseCommand):
         if options["json"]:
             self.stdout.write(json.dumps(audit.report, indent=2, sort_keys=True))
             return
-        card = card_of(audit)
+        card = audit_card(audit)
         self.stdout.write(f"{version.label}: {audit.report['status']} (audit {audit.pk})")
         for line in card["lines"]:
             link = f"  [rollout {line['rollout']}]" if line["rollout"] else ""
