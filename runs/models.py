@@ -244,3 +244,7 @@ class AgentSecret(models.Model):
         return f"<AgentSecret of agent {self.agent_id}: {'set' if self.api_key else 'empty'}>"
 
     __str__ = __repr__
+
+
+# The quality lab's models belong to this app (one migration history); they live with their domain.
+from .quality.models import Audit, AuditRun  # noqa: E402,F401

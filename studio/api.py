@@ -90,3 +90,6 @@ api.add_router("/", sessions_router)
 from runs.protocols.api import router as protocols_router  # noqa: E402
 
 api.add_router("/", protocols_router)
+from runs.quality.api import router as quality_router  # noqa: E402
+
+api.add_router("/", quality_router)

@@ -1,0 +1,81 @@
+"""REST endpoints of the quality lab: audits, re-verification and version A/B (the pages' services)."""
+from ninja import Router, Status
+
+from environments.selectors import version_by_label
+from studio.api import require
+from studio.errors import DomainError
+
+from ..forms import parse_seeds
+from . import selectors, services
+from .schemas import AuditIn, AuditOut, ReverifyIn, ReverifyOut
+
+router = Router(tags=["quality"])
+
+
+def audit_out(audit) -> dict:
+    return {
+        "id": audit.pk, "version": audit.environment_version.label, "status": audit.status, "message": audit.message,
+        "seeds": audit.seeds, "created_at": audit.created_at, "finished_at": audit.finished_at,
+        "runs": [{"run": entry.run_id, "role": entry.role, "name": entry.name, "status": entry.run.status}
+                 for entry in audit.audit_runs.select_related("run").order_by("id")],
+        "report": audit.report, "since_parent": selectors.audit_card(audit)["since_parent"],
+    }
+
+
+class BadSeeds(DomainError):
+    field = "seeds"
+
+
+@router.post("/audits", response={202: AuditOut})
+def start_audit(request, payload: AuditIn):
+    """Queue an audit of a version; 409 when one of that version is already running."""
+    require(request, "run")
+    version = version_by_label(team=request.team, label=payload.version)
+    try:
+        seeds = parse_seeds(payload.seeds)
+    except ValueError as exc:
+        raise BadSeeds(str(exc)) from None
+    audit = services.audit_start(version=version, actor=request.user, seeds=seeds)
+    return Status(202, audit_out(audit))
+
+
+@router.get("/audits/{audit_id}", response=AuditOut)
+def get_audit(request, audit_id: int):
+    return audit_out(selectors.audit_get(team=request.team, audit_id=audit_id))
+
+
+@router.get("/versions/{label}/audit", response=AuditOut)
+def latest_audit(request, label: str):
+    """The version's newest audit (404 when it was never audited)."""
+    version = version_by_label(team=request.team, label=label)
+    audit = selectors.latest_audit(version=version)
+    if audit is None:
+        from django.http import Http404
+
+        raise Http404(f"{version.label} was never audited")
+    return audit_out(audit)
+
+
+@router.post("/audits/{audit_id}/cancel", response=AuditOut)
+def cancel_audit(request, audit_id: int):
+    require(request, "run")
+    audit = services.audit_cancel(audit=selectors.audit_get(team=request.team, audit_id=audit_id), actor=request.user)
+    return audit_out(audit)
+
+
+@router.post("/reverify", response=ReverifyOut)
+def reverify(request, payload: ReverifyIn):
+    """Re-score the source version's stored rollouts with this version's verifier (new verifier labels)."""
+    require(request, "review")
+    version = version_by_label(team=request.team, label=payload.version)
+    source = version_by_label(team=request.team, label=payload.source) if payload.source else version
+    if source.environment_id != version.environment_id:
+        raise services.InvalidAudit("Re-verify rollouts of the same environment.", field="source")
+    return services.rollouts_reverify(version=version, rollouts=services.replayable_rollouts(version=source), actor=request.user)
+
+
+@router.get("/quality/compare")
+def compare(request, a: str = "", b: str = "", agent: str = "", runs: str = ""):
+    """Version A/B: the same agent on versions a and b, or two runs: histograms, per-task differences,
+    mean difference with a bootstrap 95 % interval and a permutation p-value."""
+    return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, runs=runs)

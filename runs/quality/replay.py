@@ -1,0 +1,93 @@
+"""Replay a stored rollout's actions on a version without running its agent: the new verifier's
+judgement (verifier regression, re-verification), and whether the episode repeated.
+
+One sandbox serves a batch of replays (each one a fresh reset with its own task and seed, as the
+environment contract promises) up to REPLAYS_PER_SANDBOX, since the sandbox's CPU limit counts
+its whole life; a sandbox fault restarts it for the next replay.
+"""
+import dataclasses
+import logging
+
+from django.conf import settings
+
+from ..episodes.setup import effective_limits, task_of
+from ..models import Rollout, Step
+from ..sandbox import SandboxError, SandboxLimits
+from ..sandbox.backends import sandbox_for
+
+logger = logging.getLogger(__name__)
+
+REPLAYS_PER_SANDBOX = 100
+
+
+@dataclasses.dataclass
+class Replayed:
+    rollout_id: int
+    reward: float | None = None
+    reason: str = ""
+    # The first step whose observation differs from the stored one (same version only), else None.
+    diverged_at: int | None = None
+    error: str = ""
+
+
+class Replayer:
+    """replay(rollout) on `version`, reusing one python sandbox; use as a context manager."""
+
+    def __init__(self, version):
+        self.version = version
+        limits = effective_limits(version, None)
+        self.limits = SandboxLimits.from_dict(limits)
+        self.verify_timeout_s = float(limits.get("verify_timeout_s") or 30.0)
+        self.sandbox = None
+        self.served = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def _started(self):
+        if self.sandbox is not None and self.served >= REPLAYS_PER_SANDBOX:
+            self.close()
+        if self.sandbox is None:
+            self.served = 0
+            self.sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+            self.sandbox.start(self.version.files, mode="env", entrypoint=self.version.manifest["entrypoint"], limits=self.limits)
+        return self.sandbox
+
+    def replay(self, rollout: Rollout, *, steps=None) -> Replayed:
+        """`steps`: (index, action, observation, info) tuples in order (read when not given)."""
+        outcome = Replayed(rollout_id=rollout.pk)
+        if (self.version.manifest.get("kind") or "python") != "python":
+            outcome.error = "only python environments can be replayed"
+            return outcome
+        task = task_of(self.version, rollout.task_id)
+        if task is None:
+            outcome.error = f"task {rollout.task_id!r} is not in {self.version.label}"
+            return outcome
+        if steps is None:
+            steps = Step.objects.filter(rollout=rollout).order_by("index").values_list("index", "action", "observation", "info")
+        same_version = rollout.run.environment_version_id == self.version.pk
+        try:
+            sandbox = self._started()
+            self.served += 1
+            observation = sandbox.reset(task, rollout.seed)
+            if same_version and observation != rollout.initial_observation:
+                outcome.diverged_at = 0
+            for index, action, stored_observation, info in steps:
+                if isinstance(info, dict) and "agent_error" in info:
+                    continue  # the environment never saw this action
+                observation, *_ = sandbox.step(action)
+                if same_version and outcome.diverged_at is None and observation != stored_observation:
+                    outcome.diverged_at = index
+            outcome.reward, outcome.reason = sandbox.verify(timeout=self.verify_timeout_s)
+        except SandboxError as exc:
+            outcome.error = str(exc)[:500]
+            self.close()
+        return outcome

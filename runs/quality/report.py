@@ -1,0 +1,406 @@
+"""Every quality figure, defined once: probes, oracle, determinism, difficulty and transfer, verifier
+regression, the audit report and its card lines, and version A/B statistics. The card, the audit
+and A/B pages, the API and `audit_version` all show what these functions return.
+
+Definitions:
+- a rollout *passes* when it succeeded (runs/figures.py: succeeded / done is the success rate);
+- a probe's *reward* of a rollout is its verifier reward, 0 when it has none (an errored or timed-out
+  probe rollout scored nothing); a probe is flagged when its mean is above the version's threshold
+  (`[quality] probe_threshold`, default 0.05, or `[quality.probe_thresholds] NAME = x`);
+- pass@k = 1 - C(n-c, k) / C(n, k) and pass^k = C(c, k) / C(n, k) over a task's n done rollouts of
+  one agent with c passes (tau-bench's reliability metric);
+- A/B: the mean verifier reward of B minus A, a 95 % bootstrap interval (2,000 resamples of each
+  side) and a two-sided permutation p-value (5,000 relabellings), both with a fixed seed.
+"""
+from math import comb
+
+import numpy as np
+
+from ..figures import DONE_STATUSES
+from ..models import Rollout, RolloutStatus
+from ..selectors import compare_trajectories
+from .models import AuditRole
+
+DEFAULT_PROBE_THRESHOLD = 0.05
+BUILTIN_PROBES = ("noop", "random", "claim", "peek")
+PASS_AT_K = (1, 2, 5)
+GREEN, AMBER, RED = "green", "amber", "red"
+BOOTSTRAP_RESAMPLES = 2000
+PERMUTATIONS = 5000
+
+
+def passed(status: str) -> bool:
+    """Whether a rollout passed: the run figures' success (runs/figures.py)."""
+    return status == RolloutStatus.SUCCEEDED
+
+
+def probe_threshold(manifest: dict, name: str) -> float:
+    quality = manifest.get("quality") or {}
+    per_probe = quality.get("probe_thresholds") or {}
+    value = per_probe.get(name, quality.get("probe_threshold", DEFAULT_PROBE_THRESHOLD))
+    return float(value)
+
+
+# -- the audit's checks ---------------------------------------------------------------------------
+
+
+def _rows(run_ids):
+    return list(
+        Rollout.objects.filter(run_id__in=run_ids).order_by("id")
+        .values("id", "run_id", "task_id", "seed", "repeat", "status", "verifier_reward", "total_reward", "error", "end_reason")
+    )
+
+
+def _crash_of(row) -> str | None:
+    """What an errored or timed-out rollout says about the environment (None: not a crash)."""
+    if row["status"] in (RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT):
+        return row["error"] or row["status"]
+    return None
+
+
+def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
+    done = [row for row in rows if row["status"] in DONE_STATUSES]
+    rewards = [row["verifier_reward"] or 0.0 for row in done]
+    best = max(done, key=lambda row: (row["verifier_reward"] or 0.0, -row["id"]), default=None)
+    mean = round(sum(rewards) / len(rewards), 4) if rewards else None
+    crashes = [
+        {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": _crash_of(row)[:300]}
+        for row in done if _crash_of(row) and "agent.py" not in (row["error"] or "")
+    ]
+    return {
+        "name": name,
+        "rollouts": len(done),
+        "mean_reward": mean,
+        "max_reward": round(max(rewards), 4) if rewards else None,
+        "threshold": threshold,
+        "flagged": mean is not None and mean > threshold,
+        "best_rollout": best["id"] if best else None,
+        "crashes": crashes,
+    }
+
+
+def oracle_figures(rows: list[dict], task_ids: list[str]) -> dict:
+    solved_tasks = {row["task_id"] for row in rows if passed(row["status"])}
+    errors = [
+        {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": (row["error"] or row["status"])[:300]}
+        for row in rows if _crash_of(row)
+    ]
+    unsolved = [task_id for task_id in task_ids if task_id not in solved_tasks]
+    first_failure = {}
+    for row in rows:
+        if row["task_id"] in unsolved and row["task_id"] not in first_failure:
+            first_failure[row["task_id"]] = row["id"]
+    return {
+        "tasks": len(task_ids), "solved": len(task_ids) - len(unsolved), "unsolved": unsolved,
+        "unsolved_rollouts": first_failure, "errors": errors,
+    }
+
+
+def determinism_figures(rows: list[dict]) -> dict:
+    """Pairs (task, seed) run twice by the same deterministic agent; each divergent pair with its first
+    divergent step (the rerun comparison of runs/selectors.py)."""
+    by_key: dict = {}
+    for row in rows:
+        if row["status"] in DONE_STATUSES:
+            by_key.setdefault((row["task_id"], row["seed"]), []).append(row)
+    pairs, divergent = 0, []
+    for (task_id, seed), pair in sorted(by_key.items()):
+        if len(pair) < 2:
+            continue
+        pairs += 1
+        a, b = (Rollout.objects.get(pk=row["id"]) for row in pair[:2])
+        result = compare_trajectories(a, b)
+        if not result["identical"]:
+            divergent.append({
+                "task_id": task_id, "seed": seed, "first_divergent_step": result["first_divergence"],
+                "reason": result["reason"], "rollouts": [a.pk, b.pk],
+            })
+    return {"pairs": pairs, "identical": pairs - len(divergent), "divergent": divergent}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float | None:
+    return None if k > n else round(1 - comb(n - c, k) / comb(n, k), 4)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float | None:
+    return None if k > n else round(comb(c, k) / comb(n, k), 4)
+
+
+def difficulty_figures(*, tasks: list[dict], rows: list[dict]) -> dict:
+    """Pass rate by difficulty (non-monotone levels flagged), never and always solved tasks, pass@k
+    and pass^k per task and agent, metrics per split with each agent's train-test gap, and a
+    suggested re-levelling by observed pass rate. `rows` carry an `agent` name."""
+    meta = {str(task.get("id")): task for task in tasks}
+    done = [row for row in rows if row["status"] in DONE_STATUSES and row["task_id"] in meta]
+    levels: dict = {}
+    per_task: dict = {}
+    per_agent_task: dict = {}
+    splits: dict = {}
+    for row in done:
+        task = meta[row["task_id"]]
+        ok = passed(row["status"])
+        level = levels.setdefault(task.get("difficulty"), [0, 0])
+        level[0] += 1
+        level[1] += ok
+        counts = per_task.setdefault(row["task_id"], [0, 0])
+        counts[0] += 1
+        counts[1] += ok
+        counts = per_agent_task.setdefault((row["agent"], row["task_id"]), [0, 0])
+        counts[0] += 1
+        counts[1] += ok
+        split = task.get("split")
+        if split in ("train", "test"):
+            counts = splits.setdefault(row["agent"], {}).setdefault(split, [0, 0])
+            counts[0] += 1
+            counts[1] += ok
+
+    def level_key(value):
+        return (0, float(value)) if isinstance(value, (int, float)) else (1, 0.0)
+
+    by_level = [
+        {"difficulty": level, "rollouts": n, "pass_rate": round(c / n, 4) if n else None}
+        for level, (n, c) in sorted(levels.items(), key=lambda item: level_key(item[0]))
+    ]
+    non_monotone = []
+    numbered = [entry for entry in by_level if isinstance(entry["difficulty"], (int, float))]
+    for easier, harder in zip(numbered, numbered[1:]):
+        if harder["pass_rate"] is not None and easier["pass_rate"] is not None and harder["pass_rate"] > easier["pass_rate"]:
+            non_monotone.append({"easier": easier["difficulty"], "harder": harder["difficulty"],
+                                 "easier_pass_rate": easier["pass_rate"], "harder_pass_rate": harder["pass_rate"]})
+    never = sorted(task_id for task_id, (n, c) in per_task.items() if c == 0)
+    always = sorted(task_id for task_id, (n, c) in per_task.items() if c == n)
+    reliability = [
+        {"agent": agent, "task_id": task_id, "n": n, "passes": c,
+         "pass_at_k": {str(k): pass_at_k(n, c, k) for k in PASS_AT_K if k <= n},
+         "pass_hat_k": {str(k): pass_hat_k(n, c, k) for k in PASS_AT_K if k <= n}}
+        for (agent, task_id), (n, c) in sorted(per_agent_task.items())
+    ]
+    split_rows = []
+    for agent, by_split in sorted(splits.items()):
+        rates = {split: round(c / n, 4) for split, (n, c) in by_split.items() if n}
+        gap = round(rates["train"] - rates["test"], 4) if "train" in rates and "test" in rates else None
+        split_rows.append({"agent": agent, "pass_rate": rates, "train_test_gap": gap})
+    return {
+        "levels": by_level,
+        "non_monotone": non_monotone,
+        "never_solved": never,
+        "always_solved": always,
+        "pass_at_k": reliability,
+        "splits": split_rows,
+        "relevel": suggested_levels(tasks=tasks, per_task=per_task),
+    }
+
+
+def suggested_levels(*, tasks: list[dict], per_task: dict) -> list[dict]:
+    """Tasks ordered by observed pass rate (highest first) take the version's levels in order, each
+    level keeping its number of tasks: a suggestion where it differs from the declared level."""
+    declared = sorted((task.get("difficulty") for task in tasks if isinstance(task.get("difficulty"), (int, float))))
+    observed = sorted(
+        ((c / n, task_id) for task_id, (n, c) in per_task.items() if n),
+        key=lambda item: (-item[0], item[1]),
+    )
+    if len(observed) != len(declared) or not observed:
+        return []
+    meta = {str(task.get("id")): task for task in tasks}
+    suggestions = []
+    for (rate, task_id), level in zip(observed, declared):
+        if meta[task_id].get("difficulty") != level:
+            suggestions.append({"task_id": task_id, "difficulty": meta[task_id].get("difficulty"),
+                                "suggested": level, "pass_rate": round(rate, 4)})
+    return suggestions
+
+
+# -- the report and its card ----------------------------------------------------------------------
+
+
+def audit_report(*, audit, regression: dict | None = None) -> dict:
+    """The audit's document (as `audit_version --json` prints it), from its runs' rollouts."""
+    version = audit.environment_version
+    manifest = version.manifest
+    task_ids = [str(task.get("id")) for task in version.tasks]
+    roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
+    probes, oracle, determinism = [], None, {"pairs": 0, "identical": 0, "divergent": []}
+    for entry in roles:
+        rows = _rows([entry.run_id])
+        if entry.role == AuditRole.PROBE:
+            probes.append(probe_figures(name=entry.name, rows=rows, threshold=probe_threshold(manifest, entry.name)))
+        elif entry.role == AuditRole.ORACLE:
+            oracle = oracle_figures(rows, task_ids)
+        elif entry.role == AuditRole.DETERMINISM:
+            determinism = determinism_figures(rows)
+    difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
+    report = {
+        "audit": audit.pk,
+        "version": version.label,
+        "seeds": audit.seeds,
+        "probes": probes,
+        "oracle": oracle,
+        "determinism": determinism,
+        "difficulty": difficulty["levels"],
+        "transfer": {key: value for key, value in difficulty.items() if key != "levels"},
+        "regression": regression,
+    }
+    report["lines"] = card_lines(report)
+    report["flags"] = [line["text"] for line in report["lines"] if line["level"] != GREEN]
+    report["status"] = "flagged" if any(line["level"] == RED for line in report["lines"]) else "passed"
+    return report
+
+
+def version_rows(*, version) -> list[dict]:
+    """Done rollouts of the version for difficulty: every run except hack probes (which must fail)."""
+    from .models import AuditRun
+
+    probe_runs = AuditRun.objects.filter(role=AuditRole.PROBE, run__environment_version=version).values("run_id")
+    rows = (
+        Rollout.objects.filter(run__environment_version=version, status__in=DONE_STATUSES)
+        .exclude(run_id__in=probe_runs)
+        .values("id", "task_id", "status", "run__agent__name")
+    )
+    return [{**row, "agent": row["run__agent__name"]} for row in rows]
+
+
+def card_lines(report: dict) -> list[dict]:
+    """One line per check: level (green, amber, red), a readable sentence, and the rollout behind it."""
+    lines = []
+    for probe in report["probes"]:
+        if probe["rollouts"] == 0:
+            lines.append({"check": f"probe:{probe['name']}", "level": AMBER, "rollout": None,
+                          "text": f"Probe `{probe['name']}` finished no rollout."})
+            continue
+        level = RED if probe["flagged"] else GREEN
+        text = (f"Probe `{probe['name']}` scores {probe['mean_reward']:.2f} on average (max {probe['max_reward']:.2f},"
+                f" threshold {probe['threshold']:.2f})")
+        text += ": the verifier rewards it, see its best rollout." if probe["flagged"] else "."
+        lines.append({"check": f"probe:{probe['name']}", "level": level, "text": text,
+                      "rollout": probe["best_rollout"] if probe["flagged"] else None})
+        if probe["crashes"]:
+            crash = probe["crashes"][0]
+            lines.append({"check": f"probe:{probe['name']}:crash", "level": AMBER, "rollout": crash["rollout"],
+                          "text": f"The environment failed under probe `{probe['name']}` in {len(probe['crashes'])}"
+                                  f" rollout(s), e.g. task {crash['task_id']} seed {crash['seed']}: {crash['error']}"})
+    oracle = report["oracle"]
+    if oracle is None:
+        lines.append({"check": "oracle", "level": AMBER, "rollout": None,
+                      "text": "No oracle: the package has no oracle.py (or [quality] oracle), so solvability is unchecked."})
+    elif oracle["errors"]:
+        error = oracle["errors"][0]
+        lines.append({"check": "oracle", "level": RED, "rollout": error["rollout"],
+                      "text": f"The oracle failed in {len(oracle['errors'])} rollout(s), e.g. task {error['task_id']}: {error['error']}"})
+    elif oracle["unsolved"]:
+        first = oracle["unsolved"][0]
+        lines.append({"check": "oracle", "level": RED, "rollout": oracle["unsolved_rollouts"].get(first),
+                      "text": f"The oracle cannot solve {', '.join(oracle['unsolved'])}: unsolvable, or the verifier is too strict."})
+    else:
+        lines.append({"check": "oracle", "level": GREEN, "rollout": None,
+                      "text": f"The oracle solves all {oracle['tasks']} tasks."})
+    det = report["determinism"]
+    if det["divergent"]:
+        first = det["divergent"][0]
+        lines.append({"check": "determinism", "level": RED, "rollout": first["rollouts"][1],
+                      "text": f"{len(det['divergent'])} of {det['pairs']} repeated episodes diverge, e.g. task {first['task_id']}"
+                              f" seed {first['seed']} at step {first['first_divergent_step']} ({first['reason']})"})
+    elif det["pairs"]:
+        lines.append({"check": "determinism", "level": GREEN, "rollout": None,
+                      "text": f"All {det['pairs']} repeated episodes are identical."})
+    else:
+        lines.append({"check": "determinism", "level": AMBER, "rollout": None, "text": "No determinism pair finished."})
+    transfer = report["transfer"]
+    if transfer["non_monotone"]:
+        bad = transfer["non_monotone"][0]
+        lines.append({"check": "difficulty", "level": AMBER, "rollout": None,
+                      "text": f"Difficulty {bad['harder']} passes more often ({bad['harder_pass_rate']:.0%}) than"
+                              f" difficulty {bad['easier']} ({bad['easier_pass_rate']:.0%})."})
+    elif report["difficulty"]:
+        lines.append({"check": "difficulty", "level": GREEN, "rollout": None,
+                      "text": "Harder levels pass no more often than easier ones."})
+    regression = report.get("regression")
+    if regression and regression.get("cases"):
+        if regression["flipped"]:
+            case = regression["flipped"][0]
+            lines.append({"check": "regression", "level": RED, "rollout": case["rollout"],
+                          "text": f"The verifier disagrees with {len(regression['flipped'])} of {regression['cases']} human"
+                                  f" labels of earlier versions (agreement {regression['agreement']:.0%})."})
+        else:
+            lines.append({"check": "regression", "level": GREEN, "rollout": None,
+                          "text": f"The verifier agrees with all {regression['cases']} human labels of earlier versions."})
+    return lines
+
+
+def compared_with_parent(report: dict, parent_report: dict | None) -> list[str]:
+    """Sentences on what changed since the parent version's latest report."""
+    if not parent_report:
+        return []
+    sentences = []
+    before = {probe["name"]: probe for probe in parent_report.get("probes", [])}
+    for probe in report.get("probes", []):
+        old = before.get(probe["name"])
+        if old and old["mean_reward"] is not None and probe["mean_reward"] is not None and old["mean_reward"] != probe["mean_reward"]:
+            sentences.append(f"probe `{probe['name']}` went from {old['mean_reward']:.2f} to {probe['mean_reward']:.2f}")
+    old_oracle, oracle = parent_report.get("oracle"), report.get("oracle")
+    if old_oracle and oracle and old_oracle["solved"] != oracle["solved"]:
+        sentences.append(f"the oracle solves {oracle['solved']}/{oracle['tasks']} tasks (was {old_oracle['solved']}/{old_oracle['tasks']})")
+    old_det, det = parent_report.get("determinism") or {}, report.get("determinism") or {}
+    if len(old_det.get("divergent", [])) != len(det.get("divergent", [])):
+        sentences.append(f"divergent pairs went from {len(old_det.get('divergent', []))} to {len(det.get('divergent', []))}")
+    if parent_report.get("status") != report.get("status"):
+        sentences.append(f"the audit went from {parent_report.get('status')} to {report.get('status')}")
+    return sentences
+
+
+# -- verifier regression --------------------------------------------------------------------------
+
+
+def regression_figures(cases: list[dict]) -> dict:
+    """cases: {rollout, human_pass, new_reward (None when the replay failed), note}."""
+    judged = [case for case in cases if case["new_reward"] is not None]
+    flipped = [case for case in judged if (case["new_reward"] > 0) != case["human_pass"]]
+    return {
+        "cases": len(judged),
+        "unreplayable": [case for case in cases if case["new_reward"] is None],
+        "agreement": round(1 - len(flipped) / len(judged), 4) if judged else None,
+        "flipped": flipped,
+    }
+
+
+# -- version A/B ----------------------------------------------------------------------------------
+
+
+def ab_figures(*, a_rows: list[dict], b_rows: list[dict], bins: int = 10) -> dict:
+    """Two sets of done rollouts on the same tasks (rows: task_id, verifier_reward): histograms on
+    common edges, per-task differences, mean difference with bootstrap CI and permutation p-value."""
+    common = {row["task_id"] for row in a_rows} & {row["task_id"] for row in b_rows}
+    a = np.array([row["verifier_reward"] for row in a_rows if row["task_id"] in common and row["verifier_reward"] is not None], float)
+    b = np.array([row["verifier_reward"] for row in b_rows if row["task_id"] in common and row["verifier_reward"] is not None], float)
+    result = {"tasks": sorted(common), "a": {"n": int(a.size)}, "b": {"n": int(b.size)}, "per_task": [],
+              "mean_difference": None, "ci95": None, "p_value": None, "histogram": None}
+    if not a.size or not b.size:
+        return result
+    result["a"]["mean"], result["b"]["mean"] = round(float(a.mean()), 4), round(float(b.mean()), 4)
+    lo, hi = float(min(a.min(), b.min())), float(max(a.max(), b.max()))
+    if hi == lo:
+        hi = lo + 1.0
+    edges = np.linspace(lo, hi, bins + 1)
+    result["histogram"] = {
+        "edges": [round(float(edge), 4) for edge in edges],
+        "a": np.histogram(a, edges)[0].tolist(),
+        "b": np.histogram(b, edges)[0].tolist(),
+    }
+    for task_id in sorted(common):
+        ta = [row["verifier_reward"] for row in a_rows if row["task_id"] == task_id and row["verifier_reward"] is not None]
+        tb = [row["verifier_reward"] for row in b_rows if row["task_id"] == task_id and row["verifier_reward"] is not None]
+        ma = round(sum(ta) / len(ta), 4) if ta else None
+        mb = round(sum(tb) / len(tb), 4) if tb else None
+        result["per_task"].append({"task_id": task_id, "a": ma, "b": mb,
+                                   "difference": None if ma is None or mb is None else round(mb - ma, 4)})
+    difference = float(b.mean() - a.mean())
+    rng = np.random.default_rng(0)
+    boot = rng.choice(b, (BOOTSTRAP_RESAMPLES, b.size)).mean(axis=1) - rng.choice(a, (BOOTSTRAP_RESAMPLES, a.size)).mean(axis=1)
+    pooled = np.concatenate([a, b])
+    perms = np.argsort(rng.random((PERMUTATIONS, pooled.size)), axis=1)
+    shuffled = pooled[perms]
+    diffs = shuffled[:, a.size:].mean(axis=1) - shuffled[:, :a.size].mean(axis=1)
+    result["mean_difference"] = round(difference, 4)
+    result["ci95"] = [round(float(np.percentile(boot, 2.5)), 4), round(float(np.percentile(boot, 97.5)), 4)]
+    # (count + 1) / (N + 1): a permutation p-value is never exactly 0.
+    result["p_value"] = round(float((np.sum(np.abs(diffs) >= abs(difference) - 1e-12) + 1) / (PERMUTATIONS + 1)), 4)
+    return result

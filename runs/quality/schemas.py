@@ -1,0 +1,34 @@
+"""Input and output of the quality lab's API. The report document itself is report.audit_report's."""
+from datetime import datetime
+
+from ninja import Schema
+
+
+class AuditIn(Schema):
+    version: str  # "slug@N"
+    seeds: str = "0-4"
+
+
+class AuditOut(Schema):
+    id: int
+    version: str
+    status: str
+    message: str
+    seeds: list[int]
+    created_at: datetime
+    finished_at: datetime | None
+    runs: list[dict]
+    # The audit report (as `audit_version --json` prints it) once the audit has ended with one.
+    report: dict | None
+    since_parent: list[str]
+
+
+class ReverifyIn(Schema):
+    version: str  # the version whose verifier re-scores
+    source: str = ""  # the version whose stored rollouts are re-scored (default: the same version)
+
+
+class ReverifyOut(Schema):
+    version: str
+    labelled: int
+    skipped: list[dict]

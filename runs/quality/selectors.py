@@ -1,0 +1,81 @@
+"""Reads of the quality lab, team-scoped by the caller's objects."""
+from django.shortcuts import get_object_or_404
+
+from studio.errors import DomainError
+
+from ..figures import DONE_STATUSES
+from ..models import Agent, Rollout
+from . import report as figures
+from .models import Audit, AuditStatus
+
+
+def audit_get(*, team, audit_id: int) -> Audit:
+    return get_object_or_404(Audit.objects.select_related("environment_version__environment"), team=team, pk=audit_id)
+
+
+def audits_of(*, version):
+    return Audit.objects.filter(environment_version=version).order_by("-created_at", "-id")
+
+
+def latest_audit(*, version) -> Audit | None:
+    return audits_of(version=version).first()
+
+
+def latest_report(*, version) -> dict | None:
+    """The newest audit of the version that has a report."""
+    audit = audits_of(version=version).exclude(report__isnull=True).first()
+    return audit.report if audit else None
+
+
+def audit_card(audit) -> dict:
+    """What the card shows of an audit: its lines and, for a report, how it compares with the parent's."""
+    version = audit.environment_version if audit else None
+    report = audit.report if audit else None
+    parent_report = latest_report(version=version.parent) if version and version.parent_id else None
+    return {
+        "audit": audit,
+        "lines": (report or {}).get("lines", []),
+        "since_parent": figures.compared_with_parent(report, parent_report) if report else [],
+        "running": bool(audit and audit.status == AuditStatus.RUNNING),
+    }
+
+
+class InvalidComparison(DomainError):
+    pass
+
+
+def ab_rows(*, runs=None, version=None, agent=None) -> list[dict]:
+    """Done rollouts (task_id, verifier_reward) of some runs, or of one agent on one version."""
+    rollouts = Rollout.objects.filter(status__in=DONE_STATUSES)
+    rollouts = rollouts.filter(run__in=runs) if runs is not None else rollouts.filter(run__environment_version=version, run__agent=agent)
+    return list(rollouts.order_by("id").values("id", "task_id", "verifier_reward"))
+
+
+def ab_compare(*, team, a: str = "", b: str = "", agent: str = "", runs: str = "") -> dict:
+    """Version A/B for the page and the API: two runs (`runs` "12,15"), or one agent on versions a and b."""
+    from environments.selectors import version_by_label
+    from runs.selectors import runs_by_ids
+
+    if runs:
+        try:
+            run_a, run_b = runs_by_ids(team=team, text=runs, most=2)
+        except ValueError as exc:
+            raise InvalidComparison(str(exc), field="runs") from None
+        labels = (f"run #{run_a.pk} ({run_a.environment_version.label}, {run_a.agent.name})",
+                  f"run #{run_b.pk} ({run_b.environment_version.label}, {run_b.agent.name})")
+        a_rows, b_rows = ab_rows(runs=[run_a]), ab_rows(runs=[run_b])
+    else:
+        for name, value in (("a", a), ("b", b), ("agent", agent)):
+            if not value:
+                raise InvalidComparison(f"Give {name} (versions as slug@N and an agent name), or two runs.", field=name)
+        version_a = version_by_label(team=team, label=a)
+        version_b = version_by_label(team=team, label=b)
+        found = Agent.objects.filter(team=team, name=agent).first()
+        if found is None:
+            raise InvalidComparison(f"No agent named {agent!r} in this team.", field="agent")
+        labels = (f"{version_a.label} ({found.name})", f"{version_b.label} ({found.name})")
+        a_rows, b_rows = ab_rows(version=version_a, agent=found), ab_rows(version=version_b, agent=found)
+    result = figures.ab_figures(a_rows=a_rows, b_rows=b_rows)
+    if not result["tasks"]:
+        raise InvalidComparison("The two sides have no finished rollouts on the same tasks.", field="runs" if runs else "b")
+    return {"a_label": labels[0], "b_label": labels[1], "result": result}

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from . import views
+
+app_name = "quality"
+urlpatterns = [
+    path("quality/versions/<slug:slug>/<int:number>/card/", views.version_card, name="card"),
+    path("quality/versions/<slug:slug>/<int:number>/audit/", views.audit_start, name="start"),
+    path("quality/audits/<int:audit_id>/", views.audit_detail, name="audit"),
+    path("quality/audits/<int:audit_id>/cancel/", views.audit_cancel, name="cancel"),
+    path("quality/compare/", views.version_ab, name="compare"),
+]

@@ -1,0 +1,87 @@
+"""Pages of the quality lab: the version's quality card (an htmx part), an audit's report, version A/B."""
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from environments import selectors as env_selectors
+from studio.access import team_view
+from studio.errors import DomainError
+
+from ..forms import parse_seeds
+
+from . import selectors, services
+
+
+def _version(request, slug, number):
+    env = env_selectors.environment_get(team=request.team, slug=slug)
+    return env, env_selectors.version_get(environment=env, number=number)
+
+
+@require_safe
+@team_view("read")
+def version_card(request, slug, number):
+    env, version = _version(request, slug, number)
+    audit = selectors.latest_audit(version=version)
+    return render(request, "quality/_card.html", {"env": env, "version": version, **selectors.audit_card(audit)})
+
+
+@require_POST
+@team_view("run")
+def audit_start(request, slug, number):
+    env, version = _version(request, slug, number)
+    try:
+        seeds = parse_seeds(request.POST.get("seeds") or "0-4")
+        audit = services.audit_start(version=version, actor=request.user, seeds=seeds)
+    except ValueError as exc:
+        messages.error(request, f"Seeds: {exc}")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Audit {audit.pk} of {version.label} queued: the card fills in when its runs end.")
+    return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+
+
+@require_POST
+@team_view("run")
+def audit_cancel(request, audit_id):
+    audit = selectors.audit_get(team=request.team, audit_id=audit_id)
+    services.audit_cancel(audit=audit, actor=request.user)
+    messages.success(request, f"Audit {audit.pk} cancelled.")
+    return redirect("quality:audit", team=request.team.slug, audit_id=audit.pk)
+
+
+@require_safe
+@team_view("read")
+def audit_detail(request, audit_id):
+    audit = selectors.audit_get(team=request.team, audit_id=audit_id)
+    runs = audit.audit_runs.select_related("run__agent").order_by("id")
+    return render(request, "quality/audit.html", {
+        "audit": audit, "version": audit.environment_version, "env": audit.environment_version.environment,
+        "report": audit.report, "runs": runs, **selectors.audit_card(audit),
+    })
+
+
+@require_safe
+@team_view("read")
+def version_ab(request):
+    """?a=slug@1&b=slug@2&agent=NAME (the same agent on two versions) or ?runs=12,15 (two runs)."""
+    params = {key: request.GET.get(key, "").strip() for key in ("a", "b", "agent", "runs")}
+    context = {"params": params, "result": None, "error": ""}
+    if any(params.values()):
+        try:
+            context.update(selectors.ab_compare(team=request.team, **params))
+        except DomainError as exc:
+            context["error"] = exc.message
+        except Http404 as exc:
+            context["error"] = str(exc) or "Not found in this team."
+    if context["result"] and context["result"]["histogram"]:
+        hist = context["result"]["histogram"]
+        top = max(hist["a"] + hist["b"]) or 1
+        context["bars"] = [
+            {"lo": hist["edges"][i], "hi": hist["edges"][i + 1], "a": hist["a"][i], "b": hist["b"][i],
+             "a_pct": round(100 * hist["a"][i] / top), "b_pct": round(100 * hist["b"][i] / top)}
+            for i in range(len(hist["a"]))
+        ]
+    return render(request, "quality/ab.html", context)

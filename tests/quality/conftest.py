@@ -1,0 +1,40 @@
+"""Quality-lab fixtures: versions of the demo packages and of the two deliberately flawed variants
+of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock)."""
+from pathlib import Path
+
+import pytest
+
+from environments import services as env_services
+from environments.demo import DEMO_DIR, read_folder
+
+PACKAGES = Path(__file__).resolve().parent / "packages"
+
+
+def version_of(team, actor, folder: Path, slug: str, *, extra: dict | None = None):
+    files = read_folder(folder) | (extra or {})
+    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, files=files)
+    return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
+
+
+@pytest.fixture
+def make_version(team, owner):
+    """make_version("guess_claim" | a demo package name, slug=..., extra={path: text}) -> a version."""
+
+    def make(name: str, *, slug: str | None = None, extra: dict | None = None):
+        folder = PACKAGES / name if (PACKAGES / name).exists() else DEMO_DIR / name
+        return version_of(team, owner, folder, slug or name.replace("_", "-"), extra=extra)
+
+    return make
+
+
+def play_audit(audit):
+    """Execute every rollout of the audit in this process (the Celery task bodies), then complete it."""
+    from runs.quality.services import audit_complete
+    from runs.tasks import execute_rollout
+
+    for entry in audit.audit_runs.order_by("id"):
+        for rollout_id in entry.run.rollouts.order_by("id").values_list("id", flat=True):
+            execute_rollout(rollout_id)
+    audit_complete(audit_id=audit.pk)
+    audit.refresh_from_db()
+    return audit

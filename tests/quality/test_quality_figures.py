@@ -1,0 +1,75 @@
+"""The quality figures (runs/quality/report.py) on hand-made rollouts: no sandbox, no database."""
+import numpy as np
+import pytest
+
+from runs.quality import report
+
+
+def rows(agent, task_id, outcomes):
+    return [{"agent": agent, "task_id": task_id, "status": "succeeded" if ok else "failed"} for ok in outcomes]
+
+
+def test_pass_at_k_and_pass_hat_k_follow_their_definitions():
+    # 10 tries, 3 passes: at least one of 2 draws passes 1 - C(7,2)/C(10,2); both pass C(3,2)/C(10,2).
+    assert report.pass_at_k(10, 3, 2) == round(1 - 21 / 45, 4)
+    assert report.pass_hat_k(10, 3, 2) == round(3 / 45, 4)
+    assert report.pass_at_k(3, 0, 1) == 0.0 and report.pass_hat_k(3, 3, 3) == 1.0
+    assert report.pass_at_k(2, 1, 5) is None  # k above the number of tries has no value
+
+
+def test_a_harder_level_that_passes_more_often_is_flagged_and_relevelled():
+    tasks = [{"id": "easy", "difficulty": 1}, {"id": "hard", "difficulty": 2}]
+    figures = report.difficulty_figures(tasks=tasks, rows=rows("a", "easy", [0, 0, 1, 0]) + rows("a", "hard", [1, 1, 1, 0]))
+    assert figures["levels"] == [{"difficulty": 1, "rollouts": 4, "pass_rate": 0.25},
+                                 {"difficulty": 2, "rollouts": 4, "pass_rate": 0.75}]
+    assert figures["non_monotone"] == [{"easier": 1, "harder": 2, "easier_pass_rate": 0.25, "harder_pass_rate": 0.75}]
+    assert {(r["task_id"], r["suggested"]) for r in figures["relevel"]} == {("hard", 1), ("easy", 2)}
+    lines = report.card_lines({"probes": [], "oracle": None, "determinism": {"pairs": 0, "divergent": []},
+                               "transfer": figures, "difficulty": figures["levels"]})
+    assert next(line for line in lines if line["check"] == "difficulty")["level"] == "amber"
+
+
+def test_never_and_always_solved_tasks_and_the_train_test_gap():
+    tasks = [{"id": "a", "difficulty": 1, "split": "train"}, {"id": "b", "difficulty": 1, "split": "test"},
+             {"id": "c", "difficulty": 2, "split": "test"}]
+    figures = report.difficulty_figures(
+        tasks=tasks, rows=rows("bot", "a", [1, 1]) + rows("bot", "b", [0, 1]) + rows("bot", "c", [0, 0]))
+    assert figures["always_solved"] == ["a"] and figures["never_solved"] == ["c"]
+    assert figures["splits"] == [{"agent": "bot", "pass_rate": {"train": 1.0, "test": 0.25}, "train_test_gap": 0.75}]
+
+
+def test_ab_finds_a_real_difference_with_an_interval_that_excludes_zero():
+    a = [{"task_id": f"t{i % 5}", "verifier_reward": 0.0 if i % 4 else 1.0} for i in range(40)]
+    b = [{"task_id": f"t{i % 5}", "verifier_reward": 1.0 if i % 4 else 0.0} for i in range(40)]
+    result = report.ab_figures(a_rows=a, b_rows=b)
+    assert result["mean_difference"] == 0.5
+    assert 0 < result["ci95"][0] < 0.5 < result["ci95"][1]
+    assert result["p_value"] < 0.01
+    assert sum(result["histogram"]["a"]) == 40 and result["histogram"]["b"][-1] == 30
+
+
+def test_ab_of_identical_sides_shows_no_difference():
+    side = [{"task_id": "t1", "verifier_reward": float(v)} for v in np.linspace(0, 1, 20)]
+    result = report.ab_figures(a_rows=side, b_rows=list(side))
+    assert result["mean_difference"] == 0.0 and result["p_value"] > 0.9
+    assert result["ci95"][0] <= 0 <= result["ci95"][1]
+
+
+def test_ab_compares_only_tasks_both_sides_ran():
+    result = report.ab_figures(a_rows=[{"task_id": "x", "verifier_reward": 1.0}], b_rows=[{"task_id": "y", "verifier_reward": 0.0}])
+    assert result["tasks"] == [] and result["mean_difference"] is None
+
+
+@pytest.mark.parametrize("manifest, expected", [
+    ({}, 0.05), ({"quality": {"probe_threshold": 0.2}}, 0.2),
+    ({"quality": {"probe_threshold": 0.2, "probe_thresholds": {"random": 1.0}}}, 1.0),
+])
+def test_probe_thresholds_are_settable_per_version(manifest, expected):
+    assert report.probe_threshold(manifest, "random") == expected
+
+
+def test_the_card_compares_with_the_parents_report():
+    parent = {"status": "passed", "probes": [{"name": "claim", "mean_reward": 0.0}], "oracle": None, "determinism": {}}
+    child = {"status": "flagged", "probes": [{"name": "claim", "mean_reward": 0.8}], "oracle": None, "determinism": {}}
+    assert report.compared_with_parent(child, parent) == [
+        "probe `claim` went from 0.00 to 0.80", "the audit went from passed to flagged"]
