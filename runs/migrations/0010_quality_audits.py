@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('environments', '0003_restrict_deletes'),
-        ('runs', '0007_no_code_no_hash'),
+        ('runs', '0009_arrays_ordered_json_reset_info'),
         ('studio', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
