@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 
 from django.db.models import Count, F, Q, Sum
 
-from .models import Rollout, RolloutStatus, Run
+from .models import Rollout, RolloutStatus, Run, RunTally
 
 RETURN = "return"
 VERIFIER = "verifier"
@@ -74,23 +74,15 @@ def _mean(total: float, n: int) -> float | None:
     return round(total / n, 4) if n else None
 
 
-def _tallies_by_task(rollouts) -> dict[str, _Tally]:
-    done, ran = Q(status__in=DONE_STATUSES), Q(status__in=RETURN_STATUSES)
-    rows = (
-        rollouts.order_by()
-        .values("task_id")
-        .annotate(
-            total=Count("id"),
-            return_n=Count("id", filter=ran),
-            return_sum=Sum("total_reward", filter=ran),
-            verifier_n=Count("verifier_reward", filter=done),
-            verifier_sum=Sum("verifier_reward", filter=done),
-            steps_sum=Sum("step_count", filter=done),
-            **{f"n_{status}": Count("id", filter=Q(status=status)) for status in RolloutStatus.values},
-        )
-    )
+def _tallies_by_task(run: Run) -> dict[str, _Tally]:
+    """The run's tallies by task, from the rows the database keeps as rollouts change (RunTally):
+    one indexed read of (tasks x shards) rows, however many rollouts the run has."""
+    sums = {name: Sum(name) for name in _TALLY_SUMS}
+    rows = RunTally.objects.filter(run=run).order_by().values("task_id").annotate(**sums)
     tallies = {}
     for row in rows:
+        if not row["total"]:
+            continue
         tallies[row["task_id"]] = _Tally(
             total=row["total"],
             counts={status: row[f"n_{status}"] for status in RolloutStatus.values},
@@ -101,10 +93,14 @@ def _tallies_by_task(rollouts) -> dict[str, _Tally]:
     return tallies
 
 
+_TALLY_SUMS = ("total", *(f"n_{status}" for status in RolloutStatus.values), "return_n", "return_sum", "verifier_n",
+               "verifier_sum", "steps_sum")
+
+
 def run_figures(run: Run) -> dict:
     """The run's figures overall, by difficulty and by task (see the module docstring), with its status."""
-    by_task = _tallies_by_task(Rollout.objects.filter(run=run))
-    difficulty_of = {str(task.get("id")): task.get("difficulty") for task in run.environment_version.tasks}
+    by_task = _tallies_by_task(run)
+    difficulty_of = task_difficulties(run.environment_version_id)
     overall, by_difficulty = _Tally(), {}
     for task_id, tally in by_task.items():
         overall.add(tally)
@@ -131,20 +127,40 @@ def _difficulty_order(key: str):
 
 def with_run_counts(runs):
     """Annotate total, done, cancelled, succeeded, bad (errored or timed out), running and success_rate
-    onto a run queryset: the list pages' figures, by the same definitions as run_figures."""
-    from django.db.models import ExpressionWrapper, F, FloatField, Value
-    from django.db.models.functions import NullIf
+    onto a run queryset: the list pages' figures, by the same definitions as run_figures, read from each
+    listed run's tally rows (so a list costs its page, not the rollouts behind it)."""
+    from django.db.models import ExpressionWrapper, FloatField, IntegerField, OuterRef, Subquery, Value
+    from django.db.models.functions import Coalesce, NullIf
+
+    def tallied(*columns):
+        total = sum((F(column) for column in columns[1:]), F(columns[0]))
+        rows = RunTally.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(n=Sum(total)).values("n")
+        return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
 
     return runs.annotate(
-        total=Count("rollouts"),
-        done=Count("rollouts", filter=Q(rollouts__status__in=DONE_STATUSES)),
-        cancelled=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.CANCELLED)),
-        succeeded=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.SUCCEEDED)),
-        bad=Count("rollouts", filter=Q(rollouts__status__in=[RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT])),
-        running=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.RUNNING)),
+        total=tallied("total"),
+        done=tallied(*(f"n_{status}" for status in DONE_STATUSES)),
+        cancelled=tallied("n_cancelled"),
+        succeeded=tallied("n_succeeded"),
+        bad=tallied("n_errored", "n_timed_out"),
+        running=tallied("n_running"),
     ).annotate(
         success_rate=ExpressionWrapper(F("succeeded") * Value(1.0) / NullIf(F("done"), 0), output_field=FloatField()),
     )
+
+
+def task_difficulties(version_id: int) -> dict[str, object]:
+    """Each task's difficulty by id, read inside the database (a version's tasks can be megabytes)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task->>'id', task->'difficulty' FROM environments_environmentversion v,"
+            " jsonb_array_elements(CASE WHEN jsonb_typeof(v.tasks) = 'array' THEN v.tasks ELSE '[]'::jsonb END) task"
+            " WHERE v.id = %s",
+            [version_id],
+        )
+        return {task_id: difficulty for task_id, difficulty in cursor.fetchall()}
 
 
 def return_histogram(run: Run, *, bins: int = 12) -> dict:

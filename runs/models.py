@@ -130,6 +130,36 @@ class Rollout(models.Model):
         return None
 
 
+class RunTally(models.Model):
+    """What a run's figures add up, per task, kept by a database trigger on every rollout change
+    (migration 0008): so a run page or list costs the number of tasks, not of rollouts. Each task has
+    TALLY_SHARDS rows (by rollout id) so workers finishing rollouts of one task don't queue on one row.
+    Read only through runs.figures; never written by Python."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="tallies", db_constraint=False)
+    task_id = models.CharField(max_length=200)
+    shard = models.PositiveSmallIntegerField()
+    total = models.IntegerField(default=0)
+    n_queued = models.IntegerField(default=0)
+    n_running = models.IntegerField(default=0)
+    n_succeeded = models.IntegerField(default=0)
+    n_failed = models.IntegerField(default=0)
+    n_errored = models.IntegerField(default=0)
+    n_timed_out = models.IntegerField(default=0)
+    n_cancelled = models.IntegerField(default=0)
+    return_n = models.IntegerField(default=0)
+    return_sum = models.FloatField(default=0.0)
+    verifier_n = models.IntegerField(default=0)
+    verifier_sum = models.FloatField(default=0.0)
+    steps_sum = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "task_id", "shard"], name="run_tally_unique")]
+
+
+TALLY_SHARDS = 8
+
+
 class Step(models.Model):
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()
