@@ -114,6 +114,7 @@ class Rollout(models.Model):
         indexes = [
             models.Index(fields=["run", "status"]),
             models.Index(fields=["team", "status"]),
+            models.Index(fields=["run", "finished_at", "id"], name="rollout_run_finished"),  # the chart's latest points
         ]
 
     def __str__(self):
