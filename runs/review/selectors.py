@@ -1,8 +1,6 @@
 """Review reads: the per-team queue and its "next" item, label history as each viewer may see it,
 annotations, and agreement figures (verifier vs human, human vs human) per version or run."""
-from collections import Counter
 from dataclasses import dataclass
-from itertools import combinations
 
 from django.db.models import Count, Exists, F, FloatField, IntegerField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce, Greatest
@@ -138,98 +136,115 @@ def annotations_for(*, rollout=None, version=None, run=None, tag: str | None = N
 
 def cohen_kappa(pairs: list[tuple[bool, bool]]) -> float | None:
     """Cohen's kappa of two raters on pass/fail; None when chance agreement is total (undefined)."""
-    n = len(pairs)
+    count = lambda a, b: sum(1 for pair in pairs if pair == (a, b))  # noqa: E731
+    return kappa_of_counts(count(True, True), count(True, False), count(False, True), count(False, False))
+
+
+def kappa_of_counts(tt: int, tf: int, ft: int, ff: int) -> float | None:
+    """Cohen's kappa from a 2x2 table: tt = both pass, tf = first passes and second fails, and so on."""
+    n = tt + tf + ft + ff
     if not n:
         return None
-    observed = sum(1 for a, b in pairs if a == b) / n
-    a_pass = sum(1 for a, _ in pairs if a) / n
-    b_pass = sum(1 for _, b in pairs if b) / n
+    observed = (tt + ff) / n
+    a_pass, b_pass = (tt + tf) / n, (tt + ft) / n
     expected = a_pass * b_pass + (1 - a_pass) * (1 - b_pass)
     if expected == 1:
         return None
     return (observed - expected) / (1 - expected)
 
 
-def _human_pass(decision: str, value, verifier_pass: bool) -> bool:
-    # approved keeps the verifier's verdict, rejected reverses it, an override says it with its value.
-    if decision == LabelDecision.APPROVED:
-        return verifier_pass
-    if decision == LabelDecision.REJECTED:
-        return not verifier_pass
-    return value is not None and value > 0
-
-
 def _round(x):
     return None if x is None else round(x, 4)
+
+
+_AGREEMENT_SQL = """
+WITH scope AS ({scope}),
+labels AS (
+    SELECT l.id, l.rollout_id, l.source, l.decision, l.value, l.reviewer_id, l.created_at
+    FROM runs_rewardlabel l JOIN scope ON scope.id = l.rollout_id WHERE l.step_id IS NULL
+),
+verifier AS (  -- the verifier's latest proposal of each rollout
+    SELECT DISTINCT ON (rollout_id) rollout_id, (value IS NOT NULL AND value > 0) AS pass
+    FROM labels WHERE source = 'verifier' ORDER BY rollout_id, created_at DESC, id DESC
+),
+latest AS (  -- each reviewer's latest decision on each rollout: one rating
+    SELECT DISTINCT ON (rollout_id, reviewer_id) rollout_id, reviewer_id, decision, value
+    FROM labels WHERE source = 'human' ORDER BY rollout_id, reviewer_id, created_at DESC, id DESC
+),
+rated AS (  -- approved keeps the verifier's verdict, rejected reverses it, an override says it with its value
+    SELECT l.rollout_id, v.pass AS v,
+        CASE WHEN l.decision = 'approved' THEN v.pass WHEN l.decision = 'rejected' THEN NOT v.pass
+             ELSE (l.value IS NOT NULL AND l.value > 0) END AS h
+    FROM latest l JOIN verifier v USING (rollout_id)
+),
+per_rollout AS (SELECT rollout_id, count(*) AS n, count(*) FILTER (WHERE h) AS p FROM rated GROUP BY rollout_id)
+SELECT
+    (SELECT count(*) FROM scope),
+    (SELECT count(DISTINCT rollout_id) FROM latest),
+    (SELECT count(*) FILTER (WHERE decision = 'approved') FROM labels WHERE source = 'human'),
+    (SELECT count(*) FILTER (WHERE decision = 'rejected') FROM labels WHERE source = 'human'),
+    (SELECT count(*) FILTER (WHERE decision = 'overridden') FROM labels WHERE source = 'human'),
+    (SELECT count(*) FROM labels WHERE source = 'human'),
+    (SELECT count(*) FILTER (WHERE v AND h) FROM rated),
+    (SELECT count(*) FILTER (WHERE v AND NOT h) FROM rated),
+    (SELECT count(*) FILTER (WHERE NOT v AND h) FROM rated),
+    (SELECT count(*) FILTER (WHERE NOT v AND NOT h) FROM rated),
+    (SELECT count(*) FROM per_rollout WHERE n > 1),
+    (SELECT coalesce(sum(n * (n - 1) / 2), 0) FROM per_rollout WHERE n > 1),
+    (SELECT coalesce(sum(p * (p - 1) / 2 + (n - p) * (n - p - 1) / 2), 0) FROM per_rollout WHERE n > 1)
+"""
+_AGREEMENT_TAGS_SQL = """
+WITH scope AS ({scope})
+SELECT tag, count(*) FROM runs_annotation a JOIN scope ON scope.id = a.rollout_id, unnest(a.tags) AS tag GROUP BY tag
+"""
 
 
 def agreement(*, version=None, run=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
+    Computed inside the database (two queries), so a run of 100k rollouts sends back one row.
     """
+    from django.db import connection
+
     if (version is None) == (run is None):
         raise ValueError("agreement() takes a version or a run")
-    rollouts = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
-    labels = (
-        RewardLabel.objects.filter(rollout__in=rollouts, step__isnull=True)
-        .order_by("rollout_id", "created_at", "id")
-        .values_list("rollout_id", "source", "decision", "value", "reviewer_id")
-    )
-    verifier_pass: dict[int, bool] = {}
-    ratings: dict[int, dict[int | None, tuple[str, float | None]]] = {}
-    decisions = Counter()
-    for rollout_id, source, decision, value, reviewer_id in labels.iterator(chunk_size=5000):
-        if source == LabelSource.VERIFIER:
-            verifier_pass[rollout_id] = value is not None and value > 0
-        else:
-            decisions[decision] += 1
-            ratings.setdefault(rollout_id, {})[reviewer_id] = (decision, value)
-
-    verifier_human: list[tuple[bool, bool]] = []
-    human_pairs = agreeing_human_pairs = rollouts_multi = 0
-    for rollout_id, by_reviewer in ratings.items():
-        if rollout_id not in verifier_pass:
-            continue
-        v = verifier_pass[rollout_id]
-        human = [_human_pass(decision, value, v) for decision, value in by_reviewer.values()]
-        verifier_human.extend((v, h) for h in human)
-        if len(human) > 1:
-            rollouts_multi += 1
-            for a, b in combinations(human, 2):
-                human_pairs += 1
-                agreeing_human_pairs += a == b
-
-    tags = Counter()
-    for row in Annotation.objects.filter(rollout__in=rollouts).values_list("tags", flat=True).iterator(chunk_size=5000):
-        tags.update(row)
-
-    human_decisions = sum(decisions.values())
-    changed = decisions[LabelDecision.OVERRIDDEN] + decisions[LabelDecision.REJECTED]
+    if run is not None:
+        scope, param = "SELECT id FROM runs_rollout WHERE run_id = %s", run.pk
+    else:
+        scope = "SELECT r.id FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id WHERE u.environment_version_id = %s"
+        param = version.pk
+    with connection.cursor() as cursor:
+        cursor.execute(_AGREEMENT_SQL.format(scope=scope), [param])
+        (rollouts, reviewed, approved, rejected, overridden, human_decisions, tt, tf, ft, ff,
+         rollouts_multi, human_pairs, agreeing_human_pairs) = cursor.fetchone()
+        cursor.execute(_AGREEMENT_TAGS_SQL.format(scope=scope), [param])
+        tags = dict(cursor.fetchall())
+    changed = overridden + rejected
     override_rate = changed / human_decisions if human_decisions else None
-    compared = len(verifier_human)
+    compared = tt + tf + ft + ff
     return {
-        "rollouts": rollouts.count(),
-        "rollouts_reviewed": len(ratings),
+        "rollouts": rollouts,
+        "rollouts_reviewed": reviewed,
         "human_decisions": human_decisions,
-        "approved": decisions[LabelDecision.APPROVED],
-        "rejected": decisions[LabelDecision.REJECTED],
-        "overridden": decisions[LabelDecision.OVERRIDDEN],
+        "approved": approved,
+        "rejected": rejected,
+        "overridden": overridden,
         "override_rate": _round(override_rate),
         "verifier_human": {
             "compared": compared,
             # Confusion matrix of the verifier's verdict (rows) against each human rating (columns).
             "confusion": {
-                f"verifier_{'pass' if v else 'fail'}_human_{'pass' if h else 'fail'}": sum(1 for pair in verifier_human if pair == (v, h))
-                for v in (True, False) for h in (True, False)
+                "verifier_pass_human_pass": tt, "verifier_pass_human_fail": tf,
+                "verifier_fail_human_pass": ft, "verifier_fail_human_fail": ff,
             },
-            "agreement_rate": _round(sum(1 for a, b in verifier_human if a == b) / compared) if compared else None,
-            "kappa": _round(cohen_kappa(verifier_human)),
+            "agreement_rate": _round((tt + ff) / compared) if compared else None,
+            "kappa": _round(kappa_of_counts(tt, tf, ft, ff)),
         },
         "human_human": {
             "rollouts": rollouts_multi,
-            "pairs": human_pairs,
-            "agreement_rate": _round(agreeing_human_pairs / human_pairs) if human_pairs else None,
+            "pairs": int(human_pairs),
+            "agreement_rate": _round(int(agreeing_human_pairs) / int(human_pairs)) if human_pairs else None,
         },
         "tags": dict(sorted(tags.items(), key=lambda item: (-item[1], item[0]))),
         "verifier_often_overridden": bool(
