@@ -161,6 +161,34 @@ class RunTally(models.Model):
 TALLY_SHARDS = 8
 
 
+class AgreementTally(models.Model):
+    """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
+    trigger on every new rollout-level label (migration 0010), like RunTally: `rollout_id` NULL rows are a
+    run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
+    replaces its rollout's old contribution in the run's totals. Read only through that selector."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
+    shard = models.PositiveSmallIntegerField()
+    reviewed = models.IntegerField(default=0)  # rollouts with a human decision
+    approved = models.IntegerField(default=0)
+    rejected = models.IntegerField(default=0)
+    overridden = models.IntegerField(default=0)
+    decisions = models.IntegerField(default=0)  # every human decision, not only the latest
+    tt = models.IntegerField(default=0)  # verifier passes, human passes; tf, ft, ff likewise
+    tf = models.IntegerField(default=0)
+    ft = models.IntegerField(default=0)
+    ff = models.IntegerField(default=0)
+    multi = models.IntegerField(default=0)  # rollouts rated by more than one reviewer
+    pairs = models.BigIntegerField(default=0)
+    agreeing = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "shard"], condition=models.Q(rollout__isnull=True), name="agreement_run_total"),
+        ]
+
+
 class Step(models.Model):
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()

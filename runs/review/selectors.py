@@ -158,44 +158,15 @@ def _round(x):
 
 
 _AGREEMENT_SQL = """
-WITH scope AS ({scope}),
-labels AS (
-    SELECT l.id, l.rollout_id, l.source, l.decision, l.value, l.reviewer_id, l.created_at
-    FROM runs_rewardlabel l JOIN scope ON scope.id = l.rollout_id WHERE l.step_id IS NULL
-),
-verifier AS (  -- the verifier's latest proposal of each rollout
-    SELECT DISTINCT ON (rollout_id) rollout_id, (value IS NOT NULL AND value > 0) AS pass
-    FROM labels WHERE source = 'verifier' ORDER BY rollout_id, created_at DESC, id DESC
-),
-latest AS (  -- each reviewer's latest decision on each rollout: one rating
-    SELECT DISTINCT ON (rollout_id, reviewer_id) rollout_id, reviewer_id, decision, value
-    FROM labels WHERE source = 'human' ORDER BY rollout_id, reviewer_id, created_at DESC, id DESC
-),
-rated AS (  -- approved keeps the verifier's verdict, rejected reverses it, an override says it with its value
-    SELECT l.rollout_id, v.pass AS v,
-        CASE WHEN l.decision = 'approved' THEN v.pass WHEN l.decision = 'rejected' THEN NOT v.pass
-             ELSE (l.value IS NOT NULL AND l.value > 0) END AS h
-    FROM latest l JOIN verifier v USING (rollout_id)
-),
-per_rollout AS (SELECT rollout_id, count(*) AS n, count(*) FILTER (WHERE h) AS p FROM rated GROUP BY rollout_id)
-SELECT
-    (SELECT count(*) FROM scope),
-    (SELECT count(DISTINCT rollout_id) FROM latest),
-    (SELECT count(*) FILTER (WHERE decision = 'approved') FROM labels WHERE source = 'human'),
-    (SELECT count(*) FILTER (WHERE decision = 'rejected') FROM labels WHERE source = 'human'),
-    (SELECT count(*) FILTER (WHERE decision = 'overridden') FROM labels WHERE source = 'human'),
-    (SELECT count(*) FROM labels WHERE source = 'human'),
-    (SELECT count(*) FILTER (WHERE v AND h) FROM rated),
-    (SELECT count(*) FILTER (WHERE v AND NOT h) FROM rated),
-    (SELECT count(*) FILTER (WHERE NOT v AND h) FROM rated),
-    (SELECT count(*) FILTER (WHERE NOT v AND NOT h) FROM rated),
-    (SELECT count(*) FROM per_rollout WHERE n > 1),
-    (SELECT coalesce(sum(n * (n - 1) / 2), 0) FROM per_rollout WHERE n > 1),
-    (SELECT coalesce(sum(p * (p - 1) / 2 + (n - p) * (n - p - 1) / 2), 0) FROM per_rollout WHERE n > 1)
+SELECT coalesce(sum(reviewed), 0), coalesce(sum(approved), 0), coalesce(sum(rejected), 0), coalesce(sum(overridden), 0),
+    coalesce(sum(decisions), 0), coalesce(sum(tt), 0), coalesce(sum(tf), 0), coalesce(sum(ft), 0), coalesce(sum(ff), 0),
+    coalesce(sum(multi), 0), coalesce(sum(pairs), 0), coalesce(sum(agreeing), 0),
+    (SELECT coalesce(sum(total), 0) FROM runs_runtally WHERE run_id IN ({runs}))
+FROM runs_agreementtally WHERE rollout_id IS NULL AND run_id IN ({runs})
 """
 _AGREEMENT_TAGS_SQL = """
-WITH scope AS ({scope})
-SELECT tag, count(*) FROM runs_annotation a JOIN scope ON scope.id = a.rollout_id, unnest(a.tags) AS tag GROUP BY tag
+SELECT tag, count(*) FROM runs_annotation a JOIN runs_rollout r ON r.id = a.rollout_id, unnest(a.tags) AS tag
+WHERE r.run_id IN ({runs}) GROUP BY tag
 """
 
 
@@ -203,22 +174,22 @@ def agreement(*, version=None, run=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
-    Computed inside the database (two queries), so a run of 100k rollouts sends back one row.
+    Read from the tallies a database trigger keeps as labels are added (AgreementTally, migration 0010):
+    a fixed number of rows per run, however many rollouts and labels it has.
     """
     from django.db import connection
 
     if (version is None) == (run is None):
         raise ValueError("agreement() takes a version or a run")
     if run is not None:
-        scope, param = "SELECT id FROM runs_rollout WHERE run_id = %s", run.pk
+        runs, param = "%s", run.pk
     else:
-        scope = "SELECT r.id FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id WHERE u.environment_version_id = %s"
-        param = version.pk
+        runs, param = "SELECT id FROM runs_run WHERE environment_version_id = %s", version.pk
     with connection.cursor() as cursor:
-        cursor.execute(_AGREEMENT_SQL.format(scope=scope), [param])
-        (rollouts, reviewed, approved, rejected, overridden, human_decisions, tt, tf, ft, ff,
-         rollouts_multi, human_pairs, agreeing_human_pairs) = cursor.fetchone()
-        cursor.execute(_AGREEMENT_TAGS_SQL.format(scope=scope), [param])
+        cursor.execute(_AGREEMENT_SQL.format(runs=runs), [param, param])
+        (reviewed, approved, rejected, overridden, human_decisions, tt, tf, ft, ff,
+         rollouts_multi, human_pairs, agreeing_human_pairs, rollouts) = (int(x) for x in cursor.fetchone())
+        cursor.execute(_AGREEMENT_TAGS_SQL.format(runs=runs), [param])
         tags = dict(cursor.fetchall())
     changed = overridden + rejected
     override_rate = changed / human_decisions if human_decisions else None
@@ -243,8 +214,8 @@ def agreement(*, version=None, run=None) -> dict:
         },
         "human_human": {
             "rollouts": rollouts_multi,
-            "pairs": int(human_pairs),
-            "agreement_rate": _round(int(agreeing_human_pairs) / int(human_pairs)) if human_pairs else None,
+            "pairs": human_pairs,
+            "agreement_rate": _round(agreeing_human_pairs / human_pairs) if human_pairs else None,
         },
         "tags": dict(sorted(tags.items(), key=lambda item: (-item[1], item[0]))),
         "verifier_often_overridden": bool(
