@@ -161,6 +161,24 @@ class RunTally(models.Model):
 TALLY_SHARDS = 8
 
 
+class ReviewState(models.Model):
+    """Where a rollout stands in review, kept by a database trigger on every new rollout-level label
+    (migration 0011): the verifier's latest proposal, how many distinct reviewers decided it, and whether
+    it still waits for reviews (a proposal and fewer deciders than its run's reviews_required). The review
+    queue reads the open ones through a partial index, so a page costs its page. Never written by Python."""
+
+    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, primary_key=True, related_name="review_state",
+                                   db_constraint=False)
+    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    proposed_reward = models.FloatField(null=True)
+    has_proposal = models.BooleanField(default=False)
+    deciders = models.IntegerField(default=0)
+    open = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "rollout"], condition=models.Q(open=True), name="review_state_open")]
+
+
 class AgreementTally(models.Model):
     """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
     trigger on every new rollout-level label (migration 0010), like RunTally: `rollout_id` NULL rows are a

@@ -2,8 +2,7 @@
 annotations, and agreement figures (verifier vs human, human vs human) per version or run."""
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, F, FloatField, IntegerField, OuterRef, Subquery, Value
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Exists, F, OuterRef
 
 from studio.models import Membership
 
@@ -32,19 +31,6 @@ def _rollout_labels():
     return RewardLabel.objects.filter(rollout=OuterRef("pk"), step__isnull=True)
 
 
-def _human_decider_count():
-    deciders = (
-        _rollout_labels().filter(source=LabelSource.HUMAN).order_by().values("rollout")
-        .annotate(n=Count("reviewer", distinct=True)).values("n")
-    )
-    return Coalesce(Subquery(deciders, output_field=IntegerField()), Value(0))
-
-
-def _proposed_reward():
-    proposal = _rollout_labels().filter(source=LabelSource.VERIFIER).order_by("-created_at", "-id").values("value")[:1]
-    return Subquery(proposal, output_field=FloatField())
-
-
 def rollouts_matching(*, team, filters: QueueFilters | None = None):
     """The team's rollouts narrowed by the filters (annotated with `proposed_reward`), in id order."""
     filters = filters or QueueFilters()
@@ -57,7 +43,8 @@ def rollouts_matching(*, team, filters: QueueFilters | None = None):
         rollouts = rollouts.filter(run__environment_version__environment__slug=filters.environment)
     if filters.version is not None:
         rollouts = rollouts.filter(run__environment_version__number=filters.version)
-    rollouts = rollouts.annotate(proposed_reward=_proposed_reward())
+    # The verifier's latest proposal, as the review state a trigger keeps (ReviewState) has it.
+    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"))
     if filters.min_reward is not None:
         rollouts = rollouts.filter(proposed_reward__gte=filters.min_reward)
     if filters.max_reward is not None:
@@ -73,15 +60,14 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     """Rollouts of the team that still wait for `reviewer`'s decision, oldest first (by id).
 
     A rollout waits while it has a verifier proposal and fewer distinct human reviewers than its
-    run's `reviews_required` (K); a reviewer who already decided it no longer sees it.
+    run's `reviews_required` (K); a reviewer who already decided it no longer sees it. Both facts are
+    the rollout's review state (ReviewState, kept by a trigger as labels arrive), read through a partial
+    index of the open ones, so a page of the queue costs that page however long the queue is.
     """
     return (
         rollouts_matching(team=team, filters=filters)
-        .annotate(human_deciders=_human_decider_count())
-        .filter(
-            Exists(_rollout_labels().filter(source=LabelSource.VERIFIER)),
-            human_deciders__lt=Greatest(F("run__reviews_required"), Value(1)),
-        )
+        .filter(review_state__open=True)
+        .annotate(human_deciders=F("review_state__deciders"))
         .exclude(Exists(_rollout_labels().filter(source=LabelSource.HUMAN, reviewer=reviewer)))
         .select_related("run__environment_version__environment", "run__agent")
         .order_by("id")

@@ -69,6 +69,9 @@ def costs(team, owner):
             "runs API": queries(api.client, "/api/v1/runs", headers=api.headers),
             "steps API last page": queries(api.client, f"/api/v1/rollouts/{rollout.pk}/steps?offset={n - 5}", headers=api.headers),
             "agreement API": queries(api.client, f"/api/v1/runs/{run.pk}/agreement", headers=api.headers),
+            "review queue page": queries(page, f"{t}/review/"),
+            "review queue API": queries(api.client, "/api/v1/review/queue", headers=api.headers),
+            "next review item": queries(page, f"{t}/review/next/", follow=True),
         }, run
 
     return measure
