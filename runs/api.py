@@ -26,13 +26,14 @@ from .schemas import (
 router = Router(tags=["runs"])
 
 
-def _run_out(run: Run) -> dict:
+def _run_out(run: Run, summary: dict | None = None) -> dict:
     v = run.environment_version
     return {
         "id": run.pk, "environment": v.environment.slug, "version": v.label, "content_hash": v.content_hash,
         "agent": run.agent.name, "agent_id": run.agent_id, "status": run.status, "task_ids": run.task_ids,
         "seeds": run.seeds, "repeats": run.repeats, "limits": run.limits, "reviews_required": run.reviews_required,
-        "created_at": run.created_at, "finished_at": run.finished_at, "summary": figures.run_figures(run),
+        "created_at": run.created_at, "finished_at": run.finished_at,
+        "summary": summary if summary is not None else figures.run_figures(run),
     }
 
 
@@ -64,7 +65,9 @@ def get_agent(request, agent_id: int):
 @router.get("/runs", response=list[RunOut])
 def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     limit = max(1, min(limit, 200))
-    return [_run_out(r) for r in _runs(request).order_by("-created_at")[offset : offset + limit]]
+    runs = list(_runs(request).order_by("-created_at")[offset : offset + limit])
+    summaries = figures.runs_figures(runs)
+    return [_run_out(run, summaries[run.pk]) for run in runs]
 
 
 @router.post("/runs", response={201: RunOut})
@@ -143,12 +146,14 @@ def get_rollout(request, rollout_id: int):
 
 @router.get("/rollouts/{rollout_id}/steps", response=StepPage)
 def get_steps(request, rollout_id: int, offset: int = Query(0, ge=0, le=BIGINT_MAX), limit: int = Query(100, le=BIGINT_MAX)):
-    """Steps in index order, a page at a time (limit at most 1000)."""
+    """Steps in index order, a page at a time (limit at most 1000): `offset` is the first step's index,
+    so any page is one seek on the (rollout, index) key, however long the rollout; `count` is how many
+    steps the rollout has stored (its step count, written with every batch of steps)."""
     r = _rollout(request, rollout_id)
     limit = max(1, min(limit, 1000))
     offset = max(0, offset)
-    qs = r.steps.order_by("index")
-    return {"count": qs.count(), "offset": offset, "limit": limit, "steps": list(qs[offset : offset + limit])}
+    steps = list(r.steps.filter(index__gte=offset).order_by("index")[:limit])
+    return {"count": r.step_count, "offset": offset, "limit": limit, "steps": steps}
 
 
 @router.post("/rollouts/{rollout_id}/rerun", response={201: RolloutOut})

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, fields
 
 from django.db.models import Count, F, Q, Sum
 
-from .models import Rollout, RolloutStatus, Run
+from environments.models import EnvironmentVersion
+
+from .models import Rollout, RolloutStatus, Run, RunTally
 
 RETURN = "return"
 VERIFIER = "verifier"
@@ -97,24 +99,16 @@ def _mean(total: float, n: int) -> float | None:
     return round(total / n, 4) if n else None
 
 
-def _tallies_by_task(rollouts) -> dict[str, _Tally]:
-    done, ran = Q(status__in=DONE_STATUSES), Q(status__in=RETURN_STATUSES)
-    rows = (
-        rollouts.order_by()
-        .values("task_id")
-        .annotate(
-            total=Count("id"),
-            return_n=Count("id", filter=ran),
-            return_sum=Sum("total_reward", filter=ran),
-            verifier_n=Count("verifier_reward", filter=done),
-            verifier_sum=Sum("verifier_reward", filter=done),
-            steps_sum=Sum("step_count", filter=done),
-            **{f"n_{status}": Count("id", filter=Q(status=status)) for status in RolloutStatus.values},
-        )
-    )
-    tallies = {}
+def _tallies_by_task(runs: list[Run]) -> dict[int, dict[str, _Tally]]:
+    """Each run's tallies by task, from the rows the database keeps as rollouts change (RunTally):
+    one indexed read of (runs x tasks x shards) rows, however many rollouts the runs have."""
+    sums = {name: Sum(name) for name in _TALLY_SUMS}
+    rows = RunTally.objects.filter(run__in=[run.pk for run in runs]).order_by().values("run_id", "task_id").annotate(**sums)
+    tallies = {run.pk: {} for run in runs}
     for row in rows:
-        tallies[row["task_id"]] = _Tally(
+        if not row["total"]:
+            continue
+        tallies[row["run_id"]][row["task_id"]] = _Tally(
             total=row["total"],
             counts={status: row[f"n_{status}"] for status in RolloutStatus.values},
             return_n=row["return_n"], return_sum=row["return_sum"] or 0.0,
@@ -124,22 +118,38 @@ def _tallies_by_task(rollouts) -> dict[str, _Tally]:
     return tallies
 
 
+_TALLY_SUMS = ("total", *(f"n_{status}" for status in RolloutStatus.values), "return_n", "return_sum", "verifier_n",
+               "verifier_sum", "steps_sum")
+
+
 def run_figures(run: Run) -> dict:
     """The run's figures overall, by difficulty and by task (see the module docstring), with its status."""
-    by_task = _tallies_by_task(Rollout.objects.filter(run=run))
-    difficulty_of = {str(task.get("id")): task.get("difficulty") for task in run.environment_version.tasks}
-    overall, by_difficulty = _Tally(), {}
-    for task_id, tally in by_task.items():
-        overall.add(tally)
-        by_difficulty.setdefault(_difficulty_key(difficulty_of.get(task_id)), _Tally()).add(tally)
-    return {
-        "run_id": run.pk,
-        "status": run.status,
-        "success_rule": success_rule_text(run.environment_version.manifest.get("success")),
-        **overall.figures(),
-        "by_difficulty": {key: by_difficulty[key].figures() for key in sorted(by_difficulty, key=_difficulty_order)},
-        "by_task": {task_id: by_task[task_id].figures() for task_id in sorted(by_task)},
-    }
+    return runs_figures([run])[run.pk]
+
+
+def runs_figures(runs: list[Run]) -> dict[int, dict]:
+    """run_figures of many runs (a list page or endpoint) in three queries, whatever their size."""
+    tallies = _tallies_by_task(runs)
+    version_ids = {run.environment_version_id for run in runs}
+    difficulties = task_difficulties(version_ids)
+    # Only the manifests' [success] rules: a version's files and tasks stay in the database.
+    rules = dict(EnvironmentVersion.objects.filter(pk__in=version_ids).values_list("id", "manifest__success"))
+    figures = {}
+    for run in runs:
+        by_task, difficulty_of = tallies[run.pk], difficulties.get(run.environment_version_id, {})
+        overall, by_difficulty = _Tally(), {}
+        for task_id, tally in by_task.items():
+            overall.add(tally)
+            by_difficulty.setdefault(_difficulty_key(difficulty_of.get(task_id)), _Tally()).add(tally)
+        figures[run.pk] = {
+            "run_id": run.pk,
+            "status": run.status,
+            "success_rule": success_rule_text(rules.get(run.environment_version_id)),
+            **overall.figures(),
+            "by_difficulty": {key: by_difficulty[key].figures() for key in sorted(by_difficulty, key=_difficulty_order)},
+            "by_task": {task_id: by_task[task_id].figures() for task_id in sorted(by_task)},
+        }
+    return figures
 
 
 def _difficulty_key(difficulty) -> str:
@@ -155,20 +165,45 @@ def _difficulty_order(key: str):
 
 def with_run_counts(runs):
     """Annotate total, done, cancelled, succeeded, bad (errored or timed out), running and success_rate
-    onto a run queryset: the list pages' figures, by the same definitions as run_figures."""
-    from django.db.models import ExpressionWrapper, F, FloatField, Value
-    from django.db.models.functions import NullIf
+    onto a run queryset: the list pages' figures, by the same definitions as run_figures, read from each
+    listed run's tally rows (so a list costs its page, not the rollouts behind it)."""
+    from django.db.models import ExpressionWrapper, FloatField, IntegerField, OuterRef, Subquery, Value
+    from django.db.models.functions import Coalesce, NullIf
+
+    def tallied(*columns):
+        total = sum((F(column) for column in columns[1:]), F(columns[0]))
+        rows = RunTally.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(n=Sum(total)).values("n")
+        return Coalesce(Subquery(rows, output_field=IntegerField()), Value(0))
 
     return runs.annotate(
-        total=Count("rollouts"),
-        done=Count("rollouts", filter=Q(rollouts__status__in=DONE_STATUSES)),
-        cancelled=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.CANCELLED)),
-        succeeded=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.SUCCEEDED)),
-        bad=Count("rollouts", filter=Q(rollouts__status__in=[RolloutStatus.ERRORED, RolloutStatus.TIMED_OUT])),
-        running=Count("rollouts", filter=Q(rollouts__status=RolloutStatus.RUNNING)),
+        total=tallied("total"),
+        done=tallied(*(f"n_{status}" for status in DONE_STATUSES)),
+        cancelled=tallied("n_cancelled"),
+        succeeded=tallied("n_succeeded"),
+        bad=tallied("n_errored", "n_timed_out"),
+        running=tallied("n_running"),
     ).annotate(
         success_rate=ExpressionWrapper(F("succeeded") * Value(1.0) / NullIf(F("done"), 0), output_field=FloatField()),
     )
+
+
+def task_difficulties(version_ids) -> dict[int, dict[str, object]]:
+    """Each version's task difficulties by task id, read inside the database (tasks can be megabytes)."""
+    from django.db import connection
+
+    if not version_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT v.id, task->>'id', task->'difficulty' FROM environments_environmentversion v,"
+            " jsonb_array_elements(CASE WHEN jsonb_typeof(v.tasks) = 'array' THEN v.tasks ELSE '[]'::jsonb END) task"
+            " WHERE v.id = ANY(%s)",
+            [list(version_ids)],
+        )
+        difficulties = {}
+        for version_id, task_id, difficulty in cursor.fetchall():
+            difficulties.setdefault(version_id, {})[task_id] = difficulty
+        return difficulties
 
 
 def return_histogram(run: Run, *, bins: int = 12) -> dict:
@@ -200,7 +235,8 @@ def return_histogram(run: Run, *, bins: int = 12) -> dict:
 def runs_compared(runs: list[Run]) -> dict:
     """Runs side by side, task by task: each run's figures per task and overall, and each later run's
     difference from the first (success rate and mean return), for the comparison page and its API."""
-    figures = [run_figures(run) for run in runs]
+    by_run = runs_figures(runs)
+    figures = [by_run[run.pk] for run in runs]
     task_ids = sorted({task_id for f in figures for task_id in f["by_task"]})
 
     def delta(a, b):
@@ -248,13 +284,21 @@ def run_rollouts(run: Run, *, status: str = "", task_id: str = "", order: str = 
     return rollouts.order_by(*ROLLOUT_ORDERS.get(order, ROLLOUT_ORDERS["id"]))
 
 
-def run_points(run: Run) -> list[dict]:
-    """One point per done rollout that has a reward, in finishing order: what the reward chart plots."""
-    return list(
+POINTS_SHOWN = 400
+
+
+def run_points(run: Run, *, returned: int) -> list[dict]:
+    """What the reward chart plots: the latest POINTS_SHOWN done rollouts that have a return, in finishing
+    order, each with `n`, its place among all `returned` of them (the run's return count). A live page
+    appends points as rollouts finish and drops the oldest past POINTS_SHOWN, so it equals a reload."""
+    latest = list(
         Rollout.objects.filter(run=run, status__in=RETURN_STATUSES)
-        .order_by("finished_at", "id")
-        .values("id", "status", "total_reward", "verifier_reward", "task_id", "seed")
+        .order_by("-finished_at", "-id")
+        .values("id", "status", "total_reward", "verifier_reward", "task_id", "seed")[:POINTS_SHOWN]
     )
+    latest.reverse()
+    first = returned - len(latest) + 1
+    return [{**point, "n": first + i} for i, point in enumerate(latest)]
 
 
 # Live pages swap these in by id: the same templates a reload renders, so a live page equals a reload.

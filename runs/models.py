@@ -140,6 +140,7 @@ class Rollout(models.Model):
         indexes = [
             models.Index(fields=["run", "status"]),
             models.Index(fields=["team", "status"]),
+            models.Index(fields=["run", "finished_at", "id"], name="rollout_run_finished"),  # the chart's latest points
         ]
 
     def __str__(self):
@@ -154,6 +155,82 @@ class Rollout(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class RunTally(models.Model):
+    """What a run's figures add up, per task, kept by a database trigger on every rollout change
+    (migration 0011): so a run page or list costs the number of tasks, not of rollouts. Each task has
+    TALLY_SHARDS rows (by rollout id) so workers finishing rollouts of one task don't queue on one row.
+    Read only through runs.figures; never written by Python."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="tallies", db_constraint=False)
+    task_id = models.CharField(max_length=200)
+    shard = models.PositiveSmallIntegerField()
+    total = models.IntegerField(default=0)
+    n_queued = models.IntegerField(default=0)
+    n_running = models.IntegerField(default=0)
+    n_succeeded = models.IntegerField(default=0)
+    n_failed = models.IntegerField(default=0)
+    n_errored = models.IntegerField(default=0)
+    n_timed_out = models.IntegerField(default=0)
+    n_cancelled = models.IntegerField(default=0)
+    return_n = models.IntegerField(default=0)
+    return_sum = models.FloatField(default=0.0)
+    verifier_n = models.IntegerField(default=0)
+    verifier_sum = models.FloatField(default=0.0)
+    steps_sum = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "task_id", "shard"], name="run_tally_unique")]
+
+
+TALLY_SHARDS = 8
+
+
+class ReviewState(models.Model):
+    """Where a rollout stands in review, kept by a database trigger on every new rollout-level label
+    (migration 0014): the verifier's latest proposal, how many distinct reviewers decided it, and whether
+    it still waits for reviews (a proposal and fewer deciders than its run's reviews_required). The review
+    queue reads the open ones through a partial index, so a page costs its page. Never written by Python."""
+
+    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, primary_key=True, related_name="review_state",
+                                   db_constraint=False)
+    team = models.ForeignKey(Team, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    proposed_reward = models.FloatField(null=True)
+    has_proposal = models.BooleanField(default=False)
+    deciders = models.IntegerField(default=0)
+    open = models.BooleanField(default=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["team", "rollout"], condition=models.Q(open=True), name="review_state_open")]
+
+
+class AgreementTally(models.Model):
+    """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
+    trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a
+    run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
+    replaces its rollout's old contribution in the run's totals. Read only through that selector."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
+    shard = models.PositiveSmallIntegerField()
+    reviewed = models.IntegerField(default=0)  # rollouts with a human decision
+    approved = models.IntegerField(default=0)
+    rejected = models.IntegerField(default=0)
+    overridden = models.IntegerField(default=0)
+    decisions = models.IntegerField(default=0)  # every human decision, not only the latest
+    tt = models.IntegerField(default=0)  # verifier passes, human passes; tf, ft, ff likewise
+    tf = models.IntegerField(default=0)
+    ft = models.IntegerField(default=0)
+    ff = models.IntegerField(default=0)
+    multi = models.IntegerField(default=0)  # rollouts rated by more than one reviewer
+    pairs = models.BigIntegerField(default=0)
+    agreeing = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "shard"], condition=models.Q(rollout__isnull=True), name="agreement_run_total"),
+        ]
 
 
 class Step(models.Model):

@@ -85,7 +85,7 @@ def run_detail(request, run_id):
     ).get_page(request.GET.get("page"))
     analytics = {"histogram": figures.return_histogram(run), "by_task": summary["by_task"], "by_difficulty": summary["by_difficulty"]}
     context = {
-        "run": run, "summary": summary, "rollouts": rollouts, "points": figures.run_points(run), "analytics": analytics,
+        "run": run, "summary": summary, "rollouts": rollouts, "points": figures.run_points(run, returned=summary["return"]["count"]), "points_shown": figures.POINTS_SHOWN, "analytics": analytics,
         "table": table, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
         "table_query": urlencode({key: value for key, value in table.items() if value}),
         "agreement": review_selectors.agreement(run=run, viewer=request.user),

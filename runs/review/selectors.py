@@ -1,15 +1,13 @@
 """Review reads: the per-team queue and its "next" item, label history as each viewer may see it,
 annotations, and agreement figures (verifier vs human, human vs human) per version or run."""
-from collections import Counter
 from dataclasses import dataclass
-from itertools import combinations
 
-from django.db.models import Count, Exists, F, FloatField, IntegerField, OuterRef, Q, Subquery, Value
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
 
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import Annotation, LabelDecision, LabelSource, RewardLabel, Rollout
+from ..models import AgreementTally, Annotation, LabelDecision, LabelSource, RewardLabel, Rollout
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -34,19 +32,6 @@ def _rollout_labels():
     return RewardLabel.objects.filter(rollout=OuterRef("pk"), step__isnull=True)
 
 
-def _human_decider_count():
-    deciders = (
-        _rollout_labels().filter(source=LabelSource.HUMAN).order_by().values("rollout")
-        .annotate(n=Count("reviewer", distinct=True)).values("n")
-    )
-    return Coalesce(Subquery(deciders, output_field=IntegerField()), Value(0))
-
-
-def _proposed_reward():
-    proposal = _rollout_labels().filter(source=LabelSource.VERIFIER).order_by("-created_at", "-id").values("value")[:1]
-    return Subquery(proposal, output_field=FloatField())
-
-
 def rollouts_matching(*, team, filters: QueueFilters | None = None):
     """The team's rollouts narrowed by the filters (annotated with `proposed_reward`), in id order."""
     filters = filters or QueueFilters()
@@ -59,7 +44,8 @@ def rollouts_matching(*, team, filters: QueueFilters | None = None):
         rollouts = rollouts.filter(run__environment_version__environment__slug=filters.environment)
     if filters.version is not None:
         rollouts = rollouts.filter(run__environment_version__number=filters.version)
-    rollouts = rollouts.annotate(proposed_reward=_proposed_reward())
+    # The verifier's latest proposal, as the review state a trigger keeps (ReviewState) has it.
+    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"))
     if filters.min_reward is not None:
         rollouts = rollouts.filter(proposed_reward__gte=filters.min_reward)
     if filters.max_reward is not None:
@@ -75,15 +61,14 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     """Rollouts of the team that still wait for `reviewer`'s decision, oldest first (by id).
 
     A rollout waits while it has a verifier proposal and fewer distinct human reviewers than its
-    run's `reviews_required` (K); a reviewer who already decided it no longer sees it.
+    run's `reviews_required` (K); a reviewer who already decided it no longer sees it. Both facts are
+    the rollout's review state (ReviewState, kept by a trigger as labels arrive), read through a partial
+    index of the open ones, so a page of the queue costs that page however long the queue is.
     """
     return (
         rollouts_matching(team=team, filters=filters)
-        .annotate(human_deciders=_human_decider_count())
-        .filter(
-            Exists(_rollout_labels().filter(source=LabelSource.VERIFIER)),
-            human_deciders__lt=Greatest(F("run__reviews_required"), Value(1)),
-        )
+        .filter(review_state__open=True)
+        .annotate(human_deciders=F("review_state__deciders"))
         .exclude(Exists(_rollout_labels().filter(source=LabelSource.HUMAN, reviewer=reviewer)))
         .select_related("run__environment_version__environment", "run__agent")
         .order_by("id")
@@ -116,7 +101,7 @@ def rollouts_owed_by(*, viewer, rollouts=None):
     teams = Membership.objects.filter(user=viewer, role__in=review_roles).values("team_id")
     return (
         rollouts.filter(team_id__in=teams)
-        .annotate(human_deciders_for_blind=_human_decider_count())
+        .annotate(human_deciders_for_blind=Coalesce(F("review_state__deciders"), Value(0)))
         .filter(human_deciders_for_blind__lt=Greatest(F("run__reviews_required"), Value(1)))
         .exclude(Exists(_rollout_labels().filter(source=LabelSource.HUMAN, reviewer=viewer)))
     )
@@ -157,98 +142,100 @@ def annotations_for(*, rollout=None, version=None, run=None, tag: str | None = N
 
 def cohen_kappa(pairs: list[tuple[bool, bool]]) -> float | None:
     """Cohen's kappa of two raters on pass/fail; None when chance agreement is total (undefined)."""
-    n = len(pairs)
+    count = lambda a, b: sum(1 for pair in pairs if pair == (a, b))  # noqa: E731
+    return kappa_of_counts(count(True, True), count(True, False), count(False, True), count(False, False))
+
+
+def kappa_of_counts(tt: int, tf: int, ft: int, ff: int) -> float | None:
+    """Cohen's kappa from a 2x2 table: tt = both pass, tf = first passes and second fails, and so on."""
+    n = tt + tf + ft + ff
     if not n:
         return None
-    observed = sum(1 for a, b in pairs if a == b) / n
-    a_pass = sum(1 for a, _ in pairs if a) / n
-    b_pass = sum(1 for _, b in pairs if b) / n
+    observed = (tt + ff) / n
+    a_pass, b_pass = (tt + tf) / n, (tt + ft) / n
     expected = a_pass * b_pass + (1 - a_pass) * (1 - b_pass)
     if expected == 1:
         return None
     return (observed - expected) / (1 - expected)
 
 
-def _human_pass(decision: str, value, verifier_pass: bool) -> bool:
-    # approved keeps the verifier's verdict, rejected reverses it, an override says it with its value.
-    if decision == LabelDecision.APPROVED:
-        return verifier_pass
-    if decision == LabelDecision.REJECTED:
-        return not verifier_pass
-    return value is not None and value > 0
-
-
 def _round(x):
     return None if x is None else round(x, 4)
+
+
+_AGREEMENT_SQL = """
+SELECT coalesce(sum(reviewed), 0), coalesce(sum(approved), 0), coalesce(sum(rejected), 0), coalesce(sum(overridden), 0),
+    coalesce(sum(decisions), 0), coalesce(sum(tt), 0), coalesce(sum(tf), 0), coalesce(sum(ft), 0), coalesce(sum(ff), 0),
+    coalesce(sum(multi), 0), coalesce(sum(pairs), 0), coalesce(sum(agreeing), 0),
+    (SELECT coalesce(sum(total), 0) FROM runs_runtally WHERE run_id IN ({runs}))
+FROM runs_agreementtally WHERE rollout_id IS NULL AND run_id IN ({runs})
+"""
+_AGREEMENT_TAGS_SQL = """
+SELECT tag, count(*) FROM runs_annotation a JOIN runs_rollout r ON r.id = a.rollout_id, unnest(a.tags) AS tag
+WHERE r.run_id IN ({runs}) GROUP BY tag
+"""
 
 
 def agreement(*, version=None, run=None, viewer=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
-    With a `viewer`, human decisions on rollouts they still owe a review are left out (blind review).
+    Read from the tallies a database trigger keeps as labels are added (AgreementTally, migration 0013):
+    a fixed number of rows per run, however many rollouts and labels it has. With a `viewer`, human
+    decisions on rollouts they still owe a review are left out (blind review): those rollouts' own
+    contributions are taken back out, which costs the rollouts owed.
     """
+    from django.db import connection
+
     if (version is None) == (run is None):
         raise ValueError("agreement() takes a version or a run")
-    rollouts = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
-    labels = RewardLabel.objects.filter(rollout__in=rollouts, step__isnull=True)
+    if run is not None:
+        runs, param = "%s", run.pk
+    else:
+        runs, param = "SELECT id FROM runs_run WHERE environment_version_id = %s", version.pk
+    with connection.cursor() as cursor:
+        cursor.execute(_AGREEMENT_SQL.format(runs=runs), [param, param])
+        (reviewed, approved, rejected, overridden, human_decisions, tt, tf, ft, ff,
+         rollouts_multi, human_pairs, agreeing_human_pairs, rollouts) = (int(x) for x in cursor.fetchone())
+        cursor.execute(_AGREEMENT_TAGS_SQL.format(runs=runs), [param])
+        tags = dict(cursor.fetchall())
     if viewer is not None:
-        owed = rollouts_owed_by(viewer=viewer, rollouts=rollouts).values("pk")
-        labels = labels.exclude(Q(rollout__in=owed) & ~Q(source=LabelSource.VERIFIER))
-    labels = (
-        labels
-        .order_by("rollout_id", "created_at", "id")
-        .values_list("rollout_id", "source", "decision", "value", "reviewer_id")
-    )
-    verifier_pass: dict[int, bool] = {}
-    ratings: dict[int, dict[int | None, tuple[str, float | None]]] = {}
-    decisions = Counter()
-    for rollout_id, source, decision, value, reviewer_id in labels.iterator(chunk_size=5000):
-        if source == LabelSource.VERIFIER:
-            verifier_pass[rollout_id] = value is not None and value > 0
-        else:
-            decisions[decision] += 1
-            ratings.setdefault(rollout_id, {})[reviewer_id] = (decision, value)
-
-    verifier_human: list[tuple[bool, bool]] = []
-    human_pairs = agreeing_human_pairs = rollouts_multi = 0
-    for rollout_id, by_reviewer in ratings.items():
-        if rollout_id not in verifier_pass:
-            continue
-        v = verifier_pass[rollout_id]
-        human = [_human_pass(decision, value, v) for decision, value in by_reviewer.values()]
-        verifier_human.extend((v, h) for h in human)
-        if len(human) > 1:
-            rollouts_multi += 1
-            for a, b in combinations(human, 2):
-                human_pairs += 1
-                agreeing_human_pairs += a == b
-
-    tags = Counter()
-    for row in Annotation.objects.filter(rollout__in=rollouts).values_list("tags", flat=True).iterator(chunk_size=5000):
-        tags.update(row)
-
-    human_decisions = sum(decisions.values())
-    changed = decisions[LabelDecision.OVERRIDDEN] + decisions[LabelDecision.REJECTED]
+        scope = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
+        owed = rollouts_owed_by(viewer=viewer, rollouts=scope).values("pk")
+        hidden = AgreementTally.objects.filter(rollout_id__in=owed).aggregate(
+            **{name: Coalesce(Sum(name), 0) for name in ("reviewed", "tt", "tf", "ft", "ff", "multi", "pairs", "agreeing")})
+        human = RewardLabel.objects.filter(rollout_id__in=owed, step__isnull=True, source=LabelSource.HUMAN)
+        hidden_decisions = human.aggregate(
+            all=Count("id"), **{d: Count("id", filter=Q(decision=d)) for d in ("approved", "rejected", "overridden")})
+        reviewed -= hidden["reviewed"]
+        tt, tf, ft, ff = tt - hidden["tt"], tf - hidden["tf"], ft - hidden["ft"], ff - hidden["ff"]
+        rollouts_multi -= hidden["multi"]
+        human_pairs -= hidden["pairs"]
+        agreeing_human_pairs -= hidden["agreeing"]
+        human_decisions -= hidden_decisions["all"]
+        approved -= hidden_decisions["approved"]
+        rejected -= hidden_decisions["rejected"]
+        overridden -= hidden_decisions["overridden"]
+    changed = overridden + rejected
     override_rate = changed / human_decisions if human_decisions else None
-    compared = len(verifier_human)
+    compared = tt + tf + ft + ff
     return {
-        "rollouts": rollouts.count(),
-        "rollouts_reviewed": len(ratings),
+        "rollouts": rollouts,
+        "rollouts_reviewed": reviewed,
         "human_decisions": human_decisions,
-        "approved": decisions[LabelDecision.APPROVED],
-        "rejected": decisions[LabelDecision.REJECTED],
-        "overridden": decisions[LabelDecision.OVERRIDDEN],
+        "approved": approved,
+        "rejected": rejected,
+        "overridden": overridden,
         "override_rate": _round(override_rate),
         "verifier_human": {
             "compared": compared,
             # Confusion matrix of the verifier's verdict (rows) against each human rating (columns).
             "confusion": {
-                f"verifier_{'pass' if v else 'fail'}_human_{'pass' if h else 'fail'}": sum(1 for pair in verifier_human if pair == (v, h))
-                for v in (True, False) for h in (True, False)
+                "verifier_pass_human_pass": tt, "verifier_pass_human_fail": tf,
+                "verifier_fail_human_pass": ft, "verifier_fail_human_fail": ff,
             },
-            "agreement_rate": _round(sum(1 for a, b in verifier_human if a == b) / compared) if compared else None,
-            "kappa": _round(cohen_kappa(verifier_human)),
+            "agreement_rate": _round((tt + ff) / compared) if compared else None,
+            "kappa": _round(kappa_of_counts(tt, tf, ft, ff)),
         },
         "human_human": {
             "rollouts": rollouts_multi,

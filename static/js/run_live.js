@@ -41,8 +41,8 @@
   function redraw() {
     if (!chart) return;
     const [ret, ver] = chart.data.datasets;
-    ret.data = points.map((p, i) => ({ x: i + 1, y: p.total_reward, p }));
-    ver.data = points.map((p, i) => ({ x: i + 1, y: p.verifier_reward, p })).filter((d) => d.y !== null && d.y !== undefined);
+    ret.data = points.map((p) => ({ x: p.n, y: p.total_reward, p }));
+    ver.data = points.map((p) => ({ x: p.n, y: p.verifier_reward, p })).filter((d) => d.y !== null && d.y !== undefined);
     ret.pointBackgroundColor = ret.data.map((d) => COLORS[d.p.status]);
     ver.pointBackgroundColor = ver.data.map((d) => COLORS[d.p.status]);
     chart.update("none");
@@ -123,7 +123,11 @@
       // Keep a finished rollout's last step on show briefly, so fast rollouts are seen at all.
       setTimeout(() => { latest.delete(m.rollout_id); renderLatest(); }, 2000);
       if (RETURN_STATUSES.includes(m.status) && !points.some((p) => p.id === m.rollout_id)) {
-        points.push({ id: m.rollout_id, status: m.status, total_reward: m.total_reward, verifier_reward: m.verifier_reward, task_id: m.task_id, seed: m.seed });
+        const n = points.length ? points[points.length - 1].n + 1 : 1;
+        points.push({ id: m.rollout_id, status: m.status, total_reward: m.total_reward, verifier_reward: m.verifier_reward, task_id: m.task_id, seed: m.seed, n });
+        // As the server does: only the latest points are shown (runs/figures.py POINTS_SHOWN).
+        const shown = Number(document.getElementById("run-chart")?.dataset.shown || 400);
+        if (points.length > shown) points.splice(0, points.length - shown);
         redraw();
       }
     }

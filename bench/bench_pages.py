@@ -1,0 +1,226 @@
+"""What a page or list endpoint costs as the data behind it grows: server time (median of a few
+requests through Django's test client, so no network) and response size at 1k / 10k / 100k.
+
+    .venv/bin/python bench/bench_pages.py [--levels 1000,10000,100000] [--repeat 5] [--keep]
+
+Data is made with bulk SQL in its own database, `studio_bench_pages` (created here, dropped afterwards
+unless --keep), on the server of DATABASE_URL. At each level N:
+- run page, `GET /api/v1/runs/{id}` and the run's rollouts API: one run of N rollouts (10 tasks);
+- runs list page and API: 25 runs sharing N rollouts;
+- review queue page, next item and queue API: N rollouts queued, for a reviewer who decided none and
+  for one who decided 90% of them;
+- steps API and replay window: a rollout of N steps, its first, middle and last page.
+The last column is the ratio of the largest level to the smallest (goal: under 1.5x).
+Targets at 100k (issue 16): run page < 60 ms and < 100 KB, runs list < 30 ms, queue page and next item
+< 60 ms whatever the reviewer decided, steps API any page < 25 ms.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import dj_database_url
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+BENCH_DB = "studio_bench_pages"
+_server = dj_database_url.parse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/studio"))
+_admin_dsn = f"host={_server['HOST']} port={_server['PORT'] or 5432} user={_server['USER']} dbname=postgres" + (
+    f" password={_server['PASSWORD']}" if _server.get("PASSWORD") else "")
+os.environ["DATABASE_URL"] = (
+    f"postgres://{_server['USER']}{':' + _server['PASSWORD'] if _server.get('PASSWORD') else ''}"
+    f"@{_server['HOST']}:{_server['PORT'] or 5432}/{BENCH_DB}"
+)
+TASKS = [f"t{i}" for i in range(10)]
+TARGETS_MS = {"run page": 60, "runs list page": 30, "runs API": 30, "queue page": 60, "queue page, 90% decided": 60,
+              "next item": 60, "next item, 90% decided": 60, "steps API first": 25, "steps API middle": 25,
+              "steps API last": 25}
+
+
+def recreate_database(drop_only=False):
+    with psycopg.connect(_admin_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        if not drop_only:
+            conn.execute(f"CREATE DATABASE {BENCH_DB}")
+
+
+def setup_cast(level):
+    from django.contrib.auth import get_user_model
+
+    from runs.services import agent_get_or_create
+    from studio.models import Membership, Role, Team
+    from tests.runs.rollout_factories import package_version
+
+    team = Team.objects.create(slug=f"bench-{level}", name=f"Bench {level}")
+    users = {}
+    for name, role in (("owner", Role.OWNER), ("fresh", Role.REVIEWER), ("busy", Role.REVIEWER)):
+        users[name] = get_user_model().objects.create_user(username=f"{name}-{level}", password="x-bench-password-1")
+        Membership.objects.create(team=team, user=users[name], role=role)
+    tasks = [{"id": t, "difficulty": i % 3 + 1} for i, t in enumerate(TASKS)]
+    version = package_version(team, users["owner"], f"bench-env-{level}", ENV_PY, tasks=tasks)
+    agent = agent_get_or_create(team=team, actor=users["owner"], name="random", kind="random")
+    return team, users, version, agent
+
+
+ENV_PY = '''
+from studio_sdk import Environment
+
+class Env(Environment):
+    def reset(self, task, seed):
+        return {"n": 0}
+
+    def step(self, action):
+        return {"n": 1}, 1.0, True, False, {}
+
+    def verify(self):
+        return 1.0, "ok"
+'''
+
+
+def make_run(team, version, agent, owner, n):
+    from runs.models import Rollout, Run
+
+    run = Run.objects.create(team=team, environment_version=version, agent=agent, task_ids=TASKS, seeds=[0],
+                             status="finished", created_by=owner)
+    statuses = ["succeeded", "failed", "succeeded", "errored", "succeeded"]
+    for start in range(0, n, 10_000):
+        Rollout.objects.bulk_create(
+            Rollout(team=team, run=run, task_id=TASKS[i % len(TASKS)], seed=i, step_count=1 + i % 9,
+                    status=statuses[i % len(statuses)], total_reward=(i % 7) / 3.0,
+                    verifier_reward=float(i % 2), verifier_reason="checked", initial_observation={"n": 0})
+            for i in range(start, min(n, start + 10_000))
+        )
+    return run
+
+
+def spread_runs(team, version, agent, owner, n, runs=25):
+    made = [make_run(team, version, agent, owner, n // runs) for _ in range(runs)]
+    return made
+
+
+def make_queue(team, run, reviewer, decided_fraction):
+    """A verifier proposal on every rollout of `run`, and human approvals by `reviewer` on a fraction."""
+    from runs.models import LabelDecision, LabelSource, RewardLabel
+
+    ids = list(run.rollouts.order_by("id").values_list("id", "verifier_reward"))
+    for start in range(0, len(ids), 10_000):
+        chunk = ids[start:start + 10_000]
+        RewardLabel.objects.bulk_create(
+            RewardLabel(team=team, rollout_id=i, source=LabelSource.VERIFIER, value=v, decision=LabelDecision.PROPOSED)
+            for i, v in chunk)
+    decided = ids[: int(len(ids) * decided_fraction)]
+    for start in range(0, len(decided), 10_000):
+        RewardLabel.objects.bulk_create(
+            RewardLabel(team=team, rollout_id=i, source=LabelSource.HUMAN, value=v, decision=LabelDecision.APPROVED,
+                        reviewer=reviewer)
+            for i, v in decided[start:start + 10_000])
+
+
+def make_steps(team, version, agent, owner, n):
+    from runs.models import Rollout, Run, Step
+
+    run = Run.objects.create(team=team, environment_version=version, agent=agent, task_ids=["t0"], seeds=[0],
+                             status="finished", created_by=owner)
+    rollout = Rollout.objects.create(team=team, run=run, task_id="t0", seed=0, step_count=n, status="succeeded",
+                                     total_reward=1.0, initial_observation={"n": 0})
+    for start in range(0, n, 10_000):
+        Step.objects.bulk_create(
+            Step(rollout=rollout, index=i, action={"move": i % 4}, observation={"grid": "S.x.G", "pos": [i % 5, i % 7]},
+                 reward=0.0, terminated=i == n - 1, info={})
+            for i in range(start, min(n, start + 10_000)))
+    return rollout
+
+
+def timed(client, url, repeat, **headers):
+    times, size, status = [], 0, None
+    for _ in range(repeat + 1):
+        started = time.perf_counter()
+        response = client.get(url, follow=True, **headers)  # next item: the redirect and the item page
+        body = response.content if not response.streaming else b"".join(response.streaming_content)
+        times.append((time.perf_counter() - started) * 1000)
+        size, status = len(body), response.status_code
+    if status != 200:
+        raise SystemExit(f"{url} answered {status}")
+    return statistics.median(times[1:]), size  # the first request warms caches
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", default="1000,10000,100000")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+
+    recreate_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+
+    from studio import services as studio_services
+
+    setup_test_environment()
+    call_command("migrate", verbosity=0)
+    rows = {}
+    try:
+        for level in levels:
+            made = time.perf_counter()
+            team, users, version, agent = setup_cast(level)
+            run = make_run(team, version, agent, users["owner"], level)
+            spread_runs(team, version, agent, users["owner"], level)
+            make_queue(team, run, users["busy"], 0.9)
+            rollout = make_steps(team, version, agent, users["owner"], level)
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+            print(f"level {level}: data made in {time.perf_counter() - made:.1f} s", file=sys.stderr)
+
+            token = studio_services.token_create(team=team, actor=users["owner"], name="bench")[1]
+            api = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+            owner, fresh, busy = Client(), Client(), Client()
+            owner.force_login(users["owner"])
+            fresh.force_login(users["fresh"])
+            busy.force_login(users["busy"])
+            t = f"/t/{team.slug}"
+            pages = [
+                ("run page", owner, f"{t}/runs/{run.pk}/", {}),
+                ("run API", owner, f"/api/v1/runs/{run.pk}", api),
+                ("run rollouts API", owner, f"/api/v1/runs/{run.pk}/rollouts", api),
+                ("runs list page", owner, f"{t}/runs/", {}),
+                ("runs API", owner, "/api/v1/runs", api),
+                ("queue page", fresh, f"{t}/review/", {}),
+                ("queue page, 90% decided", busy, f"{t}/review/", {}),
+                ("next item", fresh, f"{t}/review/next/", {}),
+                ("next item, 90% decided", busy, f"{t}/review/next/", {}),
+                ("queue API", owner, "/api/v1/review/queue", api),
+                ("steps API first", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset=0", api),
+                ("steps API middle", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset={level // 2}", api),
+                ("steps API last", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset={max(0, level - 100)}", api),
+            ]
+            for name, client, url, headers in pages:
+                ms, size = timed(client, url, args.repeat, **headers)
+                rows.setdefault(name, {})[level] = (ms, size)
+    finally:
+        if not args.keep:
+            connection.close()
+            recreate_database(drop_only=True)
+
+    head = f"{'page or endpoint':28}" + "".join(f"{f'{lv:,}':>20}" for lv in levels) + f"{'ratio':>8}{'target':>10}"
+    print(head)
+    print("-" * len(head))
+    for name, by_level in rows.items():
+        cells = "".join(f"{f'{by_level[lv][0]:.1f} ms {by_level[lv][1] / 1024:.0f} KB':>20}" for lv in levels)
+        ratio = by_level[levels[-1]][0] / by_level[levels[0]][0]
+        target = TARGETS_MS.get(name)
+        verdict = "" if target is None else ("met" if by_level[levels[-1]][0] < target else "MISSED") + f" <{target}"
+        print(f"{name:28}{cells}{ratio:>7.1f}x{verdict:>10}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""A page or list endpoint costs its page, not the data behind it: the same number of queries with 10
+rollouts (or steps, or labels) behind it as with 300, and the run page's chart data stays bounded."""
+import json
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.figures import POINTS_SHOWN
+from runs.models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
+from runs.review import selectors as review_selectors
+from runs import services
+from tests.conftest import api_for, login
+from tests.runs.rollout_factories import package_version, random_agent
+
+ENV_PY = """
+class Env:
+    def reset(self, task, seed):
+        return 0
+
+    def step(self, action):
+        return 0, 1.0, True, False, {}
+"""
+
+
+def grown_run(team, owner, version, agent, n):
+    """A run of n done rollouts over three tasks, each with a verifier proposal and a human approval, and
+    a rollout of n steps."""
+    run = services.run_create(team=team, actor=owner, version=version, agent=agent, seeds=[0], enqueue=False)
+    run.rollouts.all().delete()  # the run's own queued rollouts: replaced by n done ones
+    rollouts = Rollout.objects.bulk_create(
+        Rollout(team=team, run=run, task_id=f"t{i % 3}", seed=i, status=RolloutStatus.SUCCEEDED if i % 2 else RolloutStatus.FAILED,
+                total_reward=float(i % 5), verifier_reward=float(i % 2), step_count=n)
+        for i in range(n)
+    )
+    RewardLabel.objects.bulk_create(
+        RewardLabel(team=team, rollout=r, source=LabelSource.VERIFIER, value=r.verifier_reward, decision=LabelDecision.PROPOSED)
+        for r in rollouts)
+    RewardLabel.objects.bulk_create(
+        RewardLabel(team=team, rollout=r, source=LabelSource.HUMAN, value=r.verifier_reward, decision=LabelDecision.APPROVED,
+                    reviewer=owner)
+        for r in rollouts[: n // 2])
+    Step.objects.bulk_create(Step(rollout=rollouts[0], index=i, action=i, observation=i) for i in range(n))
+    return run, rollouts[0]
+
+
+def queries(client, url, **kw) -> tuple[int, object]:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, **kw)
+    assert response.status_code == 200, url
+    return len(captured.captured_queries), response
+
+
+@pytest.fixture
+def costs(team, owner):
+    tasks = [{"id": f"t{i}", "difficulty": i + 1} for i in range(3)]
+    version = package_version(team, owner, "costs", ENV_PY, tasks=tasks)
+    agent = random_agent(team, owner)
+    page, api = login(owner), api_for(owner, team)
+
+    def measure(n):
+        run, rollout = grown_run(team, owner, version, agent, n)
+        t = f"/t/{team.slug}"
+        return {
+            "run page": queries(page, f"{t}/runs/{run.pk}/"),
+            "runs list page": queries(page, f"{t}/runs/"),
+            "run API": queries(api.client, f"/api/v1/runs/{run.pk}", headers=api.headers),
+            "runs API": queries(api.client, "/api/v1/runs", headers=api.headers),
+            "steps API last page": queries(api.client, f"/api/v1/rollouts/{rollout.pk}/steps?offset={n - 5}", headers=api.headers),
+            "agreement API": queries(api.client, f"/api/v1/runs/{run.pk}/agreement", headers=api.headers),
+            "review queue page": queries(page, f"{t}/review/"),
+            "review queue API": queries(api.client, "/api/v1/review/queue", headers=api.headers),
+            "next review item": queries(page, f"{t}/review/next/", follow=True),
+        }, run
+
+    return measure
+
+
+def test_pages_cost_the_same_number_of_queries_at_10_and_300_rollouts(costs):
+    costs(3)  # warms what a first request caches (the token's last use, content types)
+    small, _ = costs(10)
+    large, run = costs(300)
+    assert {name: n for name, (n, _) in large.items()} == {name: n for name, (n, _) in small.items()}
+
+
+def test_the_run_chart_shows_the_latest_points_numbered_among_all(team, owner, costs, monkeypatch):
+    monkeypatch.setattr("runs.figures.POINTS_SHOWN", 20)
+    pages, run = costs(60)
+    html = pages["run page"][1].content.decode()
+    points = json.loads(re.search(r'<script id="run-points" type="application/json">(.*?)</script>', html, re.S).group(1))
+    done = run.rollouts.filter(status__in=["succeeded", "failed"]).order_by("finished_at", "id")
+    assert [p["id"] for p in points] == [r.pk for r in done][-20:]
+    assert [p["n"] for p in points] == list(range(41, 61))
+    assert POINTS_SHOWN >= 100  # the real cap leaves a chart worth reading
+
+
+def test_agreement_tallies_equal_a_recount_after_decisions_change(team, owner, reviewer, costs):
+    _, run = costs(12)
+    rollouts = list(run.rollouts.order_by("id"))
+    # The reviewer disagrees on some, the owner changes their mind on one: latest decisions count.
+    for r in rollouts[:4]:
+        RewardLabel.objects.create(team=team, rollout=r, source=LabelSource.HUMAN, value=1.0 - r.verifier_reward,
+                                   decision=LabelDecision.OVERRIDDEN, reviewer=reviewer)
+    RewardLabel.objects.create(team=team, rollout=rollouts[0], source=LabelSource.HUMAN, value=None,
+                               decision=LabelDecision.REJECTED, reviewer=owner)
+    figures = review_selectors.agreement(run=run)
+    assert figures["rollouts"] == 12 and figures["rollouts_reviewed"] == 6
+    assert figures["human_decisions"] == 6 + 4 + 1
+    assert (figures["approved"], figures["rejected"], figures["overridden"]) == (6, 1, 4)
+    # Rollouts 0-3 have two raters: the reviewer's override says the opposite of the verifier; the owner
+    # approved 1-3 (agrees with the verifier) and rejected 0 (disagrees): so 0's raters agree, 1-3's don't.
+    assert figures["human_human"] == {"rollouts": 4, "pairs": 4, "agreement_rate": 0.25}
+    confusion = figures["verifier_human"]["confusion"]
+    assert sum(confusion.values()) == figures["verifier_human"]["compared"] == 6 + 4
+    assert figures["verifier_human"]["agreement_rate"] == round((6 - 1) / 10, 4)
