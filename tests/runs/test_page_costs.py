@@ -67,7 +67,7 @@ def costs(team, owner):
             "runs list page": queries(page, f"{t}/runs/"),
             "run API": queries(api.client, f"/api/v1/runs/{run.pk}", headers=api.headers),
             "runs API": queries(api.client, "/api/v1/runs", headers=api.headers),
-            "steps API last page": queries(api.client, f"/api/v1/rollouts/{rollout.pk}/steps?offset={n - 5}", headers=api.headers),
+            "steps API last page": queries(api.client, f"/api/v1/rollouts/{rollout.pk}/steps?offset={max(0, n - 5)}", headers=api.headers),
             "agreement API": queries(api.client, f"/api/v1/runs/{run.pk}/agreement", headers=api.headers),
             "review queue page": queries(page, f"{t}/review/"),
             "review queue API": queries(api.client, "/api/v1/review/queue", headers=api.headers),
