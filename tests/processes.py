@@ -282,8 +282,17 @@ class TcpForwarder:
         self.servers.append(self.asyncio.run_coroutine_threadsafe(serve(), self.loop).result(timeout=10))
 
     def close(self) -> None:
-        for server in self.servers:
-            self.loop.call_soon_threadsafe(server.close)
+        asyncio = self.asyncio
+
+        async def stop():
+            for server in self.servers:
+                server.close()
+            connections = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in connections:
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
 

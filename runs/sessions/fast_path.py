@@ -16,6 +16,7 @@ from django.db import connection
 from pydantic import ValidationError
 
 from studio.errors import DomainError
+from studio.inputs import InputProblem, json_parse
 
 import studio.api  # noqa: F401 - the project API first (its routers import this package)
 
@@ -100,57 +101,15 @@ def _batch(headers: dict, body: bytes) -> dict:
         raise _Refused(exc.status, _error_body(exc)) from None
 
 
-MAX_DEPTH = 64
-
-
-def _no_constant(name: str):
-    raise _Refused(400, {"detail": f"The body is not JSON: {name} is not a JSON number (JSON has no NaN or Infinity)."})
-
-
 def strict_json(body: bytes):
-    """The body as JSON that every later stage (the host, the sandbox, PostgreSQL's jsonb) accepts
-    unchanged, or a 400 naming what is wrong: no NaN/Infinity, no NUL character, no lone surrogate,
-    no nesting deeper than MAX_DEPTH."""
+    """The body as JSON every later stage (the host, the sandbox, PostgreSQL's jsonb) keeps unchanged,
+    or a 400 naming what is wrong (studio/inputs.py: the rules every request gate shares)."""
     try:
-        data = json.loads(body or b"{}", parse_constant=_no_constant)
-    except RecursionError:
-        raise _Refused(400, {"detail": f"The body is nested deeper than {MAX_DEPTH} levels."}) from None
+        return json_parse(body or b"{}")
+    except InputProblem as exc:
+        raise _Refused(400, {"detail": f"The body is refused: {exc}", **({"field": exc.field} if exc.field else {})}) from None
     except ValueError as exc:
         raise _Refused(400, {"detail": f"The body is not JSON: {exc}"}) from None
-    # Plain ASCII without escapes cannot hold a NUL or a surrogate, and few brackets cannot nest deep:
-    # most actions skip the walk.
-    deep = body.count(b"[") + body.count(b"{") > MAX_DEPTH
-    if deep or not body.isascii() or b"\\u" in body:
-        _check_values(data)
-    return data
-
-
-def _check_values(data) -> None:
-    stack = [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            _check_text(value)
-        elif isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise _Refused(400, {"detail": f"The body is nested deeper than {MAX_DEPTH} levels."})
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    _check_text(key)
-                    stack.append((item, depth + 1))
-            else:
-                stack.extend((item, depth + 1) for item in value)
-
-
-def _check_text(text: str) -> None:
-    if "\x00" in text:
-        raise _Refused(400, {"detail": "The body holds a NUL character (\\u0000), which text in the studio cannot hold."})
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _Refused(400, {"detail": "The body holds a lone UTF-16 surrogate (\\ud800-\\udfff without its pair),"
-                                           " which is not text."}) from None
 
 
 def _parsed(body: bytes, schema):

@@ -104,13 +104,15 @@ def test_steps_of_a_batch_the_database_refused_are_written_later_once(team, owne
             host.step(held, action)
         with psycopg.connect(database_url(), autocommit=False) as locker:
             locker.execute(f"LOCK TABLE {Rollout.steps.rel.related_model._meta.db_table} IN ACCESS EXCLUSIVE MODE")
-            with connection.cursor() as cursor:
-                cursor.execute("SET statement_timeout = 300")
-            with pytest.raises(Exception, match="statement timeout"):
-                host.reap_once(now=time.monotonic() + 0.5)
-            locker.rollback()
-        with connection.cursor() as cursor:
-            cursor.execute("SET statement_timeout = 0")
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET statement_timeout = 300")
+                with pytest.raises(Exception, match="statement timeout"):
+                    host.reap_once(now=time.monotonic() + 0.5)
+            finally:
+                locker.rollback()
+                with connection.cursor() as cursor:
+                    cursor.execute("SET statement_timeout = 0")
         assert len(held.episode.writer.pending) == 3  # given back, not dropped
         host.step(held, 4)
         host.reap_once(now=time.monotonic() + 0.5)
@@ -152,8 +154,8 @@ def test_an_agent_that_cannot_run_in_a_worker_ends_its_rollout_errored_with_the_
     (b'{"action": [1, Infinity]}', "Infinity"),
     (b'{"action": "a\\u0000b"}', "NUL"),
     (b'{"action": "\\ud800"}', "surrogate"),
-    (b'{"action": ' + b"[" * 200 + b"]" * 200 + b"}", "deeper than 64"),
-    (b'{"action": ' + b"[" * 5000 + b"]" * 5000 + b"}", "deeper than 64"),
+    (b'{"action": ' + b"[" * 200 + b"]" * 200 + b"}", "more than 64 levels"),
+    (b'{"action": ' + b"[" * 5000 + b"]" * 5000 + b"}", "more than 64 levels"),
     (b'{"action": "\xff"}', "not JSON"),
 ])
 def test_the_step_route_refuses_json_the_studio_cannot_keep(asgi_server, team, owner, counter, body, problem):
