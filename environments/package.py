@@ -136,7 +136,10 @@ def validate_package(files: dict[str, str]) -> list[PackageProblem]:
     if raw is not None:
         if _entrypoint_is_well_formed(raw.get("entrypoint")):
             problems += _check_entrypoint(files, raw["entrypoint"])
-            problems += [PackageProblem(*found) for found in action_space_problems(files, raw["entrypoint"])]
+            try:
+                problems += [PackageProblem(*found) for found in action_space_problems(files, raw["entrypoint"])]
+            except (RecursionError, MemoryError):
+                pass  # a module nested too deeply to parse: reported once, by _check_python_files
         if raw.get("kind") == "browser" and not any(p.startswith("site/") for p in files):
             problems.append(
                 PackageProblem("site/", None, "a browser environment needs a site/ folder with at least one file")

@@ -10,7 +10,7 @@ import threading
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, reset_queries, transaction
+from django.db import IntegrityError, connection, reset_queries, transaction
 from django.utils import timezone
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
@@ -324,6 +324,27 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+TEAM_CAP_RETRY_S = 1.0
+_TEAM_CAP_LOCK = 0x7EA1  # pg_advisory_xact_lock(class, team id): claims of one team count one at a time
+
+
+def team_running_cap() -> int:
+    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap)."""
+    return int(getattr(settings, "TEAM_MAX_RUNNING_ROLLOUTS", 0) or 0)
+
+
+def _team_at_cap(team_id: int) -> bool:
+    cap = team_running_cap()
+    if not cap:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_TEAM_CAP_LOCK, team_id])
+    running = Rollout.objects.filter(team_id=team_id, status=RolloutStatus.RUNNING).exclude(
+        run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN]
+    ).count()
+    return running >= cap
+
+
 class _Claim:
     def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0):
         self.rollout, self.skip, self.later_s = rollout, skip, later_s
@@ -354,6 +375,9 @@ def _rollout_claim(rollout_id: int) -> _Claim:
                 "error",
             )
             return _Claim(skip="too many attempts")
+        if rollout.status == RolloutStatus.QUEUED and _team_at_cap(rollout.team_id):
+            # The worker slot goes to the next message (another team's, perhaps); this one comes back later.
+            return _Claim(skip="its team is at its cap of running rollouts", later_s=TEAM_CAP_RETRY_S)
         # Episodes are deterministic by seed: a restarted attempt replays from step 0.
         Step.objects.filter(rollout=rollout).delete()
         rollout.status = RolloutStatus.RUNNING

@@ -263,6 +263,12 @@ if SANDBOX_BACKEND not in ("process", "docker"):
 # Start untrusted code in a sandbox that lacks an isolation layer this host refuses (bubblewrap view,
 # cgroup, disk quota, uid switch)? Off: such a sandbox is refused and the rollout says which layer.
 SANDBOX_ALLOW_WEAK = envbool("SANDBOX_ALLOW_WEAK", False)
+# Fair shares: one team runs at most this many worker rollouts at once; the rest wait (re-queued with a
+# short countdown) while other teams' rollouts take the free worker slots. 0: no cap (set it below the
+# workers' total concurrency so that one team's hung rollouts cannot hold every slot).
+TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
+if TEAM_MAX_RUNNING_ROLLOUTS < 0:
+    raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be 0 (no cap) or more")
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")

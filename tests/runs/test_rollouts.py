@@ -53,7 +53,7 @@ def test_run_refuses_unknown_task_ids_naming_them(team, owner):
 @pytest.mark.parametrize(
     "kwargs, field",
     [({"seeds": []}, "seeds"), ({"seeds": list(range(5000)), "repeats": 3}, "seeds"), ({"repeats": 0}, "repeats"),
-     ({"limits": {"step_timeout_s": -1}}, "limits"), ({"difficulties": [9]}, "difficulties")],
+     ({"limits": {"step_timeout_s": -1}}, "limits.step_timeout_s"), ({"difficulties": [9]}, "difficulties")],
 )
 def test_run_refuses_bad_selections(team, owner, kwargs, field):
     version = demo_version(team, owner, "guess_number")
