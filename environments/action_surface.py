@@ -34,8 +34,8 @@ def _entry_class(files: dict[str, str], entrypoint: str) -> tuple[str, ast.Modul
         if isinstance(text, str):
             try:
                 return path, ast.parse(text, filename=path), class_name
-            except (SyntaxError, ValueError):
-                return None
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                return None  # reported once, by the package's own Python checks
     return None
 
 

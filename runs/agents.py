@@ -10,7 +10,7 @@ import hashlib
 from django.conf import settings
 
 from .models import Agent, AgentKind
-from .sandbox import ProcessSandbox, SandboxLimits, UserCodeError
+from .sandbox import ProcessSandbox, SandboxError, SandboxLimits, UserCodeError
 from .sandbox.backends import sandbox_for
 
 SCRIPTED_AGENT_FILE = "agent.py"
@@ -59,7 +59,12 @@ def agent_sandbox() -> ProcessSandbox:
     interpreter starts while the environment's sandbox starts (load comes with the limits)."""
     sandbox = sandbox_for(settings.SANDBOX_BACKEND)
     if sandbox.backend == "process":
-        sandbox.spawn()
+        try:
+            sandbox.spawn()
+        except SandboxError:
+            # start() spawns again and its error ends the episode with the reason, as for any agent.
+            sandbox.close()
+            sandbox = sandbox_for(settings.SANDBOX_BACKEND)
     return sandbox
 
 

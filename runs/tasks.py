@@ -95,4 +95,10 @@ def _recover_on_worker_start(sender=None, **kwargs):
     """A worker that starts after a crash puts its predecessor's running rollouts back in the queue,
     then keeps checking every ROLLOUT_STALE_AFTER_S for rollouts whose worker went silent."""
     _recover("on worker start")
+    try:
+        from .sandbox.process import sweep_stale_sandboxes
+
+        sweep_stale_sandboxes()
+    except Exception:  # noqa: BLE001 - cleaning up after a dead worker must never stop a new one
+        logger.exception("could not remove the sandboxes of dead workers")
     threading.Thread(target=_recover_periodically, args=(_stop_recovery,), name="recover-stale-rollouts", daemon=True).start()

@@ -277,6 +277,26 @@ def acquire_uid_slot(config: SandboxConfig) -> UidSlot:
     raise SandboxCrashed(f"no free sandbox uid in {config.uid_base}..{config.uid_base + config.uid_count - 1}")
 
 
+def sweep_stale_sandboxes(config: SandboxConfig = None) -> int:
+    """Remove the workspaces and cgroups of sandboxes whose worker died (a worker calls it at start):
+    those of uid slots nobody holds now. Returns how many slots were cleaned."""
+    config = config or DEFAULT_CONFIG
+    uids = set()
+    for name in os.listdir(config.root) if config.root.is_dir() else []:
+        parts = name.split("-")
+        if len(parts) >= 3 and parts[0] == "sb" and parts[1].isdigit():
+            uids.add(int(parts[1]))
+    cleaned = 0
+    for uid in sorted(uid for uid in uids if config.uid_base <= uid < config.uid_base + config.uid_count):
+        try:
+            slot = acquire_uid_slot(dataclasses.replace(config, uid_base=uid, uid_count=1))
+        except SandboxCrashed:
+            continue  # held by a live sandbox, or its zombies are not reaped yet
+        slot.release()  # acquiring it removed what its last holder left
+        cleaned += 1
+    return cleaned
+
+
 def _uid_processes(uid: int) -> tuple[list[int], int]:
     """(live pids, zombie count) of processes whose real uid is `uid`."""
     live, zombies = [], 0
