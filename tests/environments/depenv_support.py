@@ -159,3 +159,23 @@ def bare_trajectory(site: str, env_id: str, seed: int, actions: list, kwargs=Non
         capture_output=True, text=True, timeout=300, check=True,
     )
     return json.loads(proc.stdout)
+
+
+def stored_plain(value, *, rollout_id: int):
+    """A stored observation as plain lists and numbers (its arrays read back from the artifact storage),
+    to compare with Gymnasium's own `tolist()`; NaN and -0.0 forms become the floats again."""
+    import numpy  # noqa: PLC0415
+
+    from runs.artifacts import arrays_inline  # noqa: PLC0415
+    from studio_client import from_json  # noqa: PLC0415
+
+    def plain(item):
+        if isinstance(item, dict):
+            return {key: plain(inner) for key, inner in item.items()}
+        if isinstance(item, list):
+            return [plain(inner) for inner in item]
+        if isinstance(item, (numpy.ndarray, numpy.generic)):
+            return item.tolist()
+        return item
+
+    return plain(from_json(arrays_inline(value, rollout_id=rollout_id)))

@@ -19,7 +19,9 @@ from environments.dependencies import services as dependency_services
 from environments.models import DependencyEnvironment, DependencyStatus
 from runs import services as run_services
 from tests.conftest import login
-from tests.environments.depenv_support import bare_trajectory, build, commit, deps, depenv_root, package_files, plugin_wheels  # noqa: F401 - fixtures
+from tests.environments.depenv_support import (  # noqa: F401 - fixtures
+    bare_trajectory, build, commit, deps, depenv_root, package_files, plugin_wheels, stored_plain,
+)
 from tests.processes import free_port
 from tests.runs.rollout_factories import play_one, scripted_agent
 
@@ -112,8 +114,8 @@ def test_plugin_version_builds_once_checks_its_id_in_the_set_and_matches_gymnasi
     rollout = play_one(team, owner, good, agent, task_id="t1", seed=7)
     steps = list(rollout.steps.order_by("index").values_list("action", "observation", "reward", "terminated", "truncated"))
     bare = bare_trajectory(str(site), "studio_counter_plugin:StudioCounter-v0", 7, [action for action, *_ in steps])
-    assert rollout.initial_observation == bare["reset"]
-    assert [list(step[1:]) for step in steps] == bare["steps"]
+    assert stored_plain(rollout.initial_observation, rollout_id=rollout.pk) == bare["reset"]
+    assert [[stored_plain(step[1], rollout_id=rollout.pk), *step[2:]] for step in steps] == bare["steps"]
 
 
 def test_commit_checks_the_id_at_once_when_the_set_is_built(deps, team, owner):

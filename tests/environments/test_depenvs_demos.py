@@ -6,7 +6,9 @@ import pytest
 
 from environments.dependencies import services as dependency_services
 from environments.models import DependencyStatus
-from tests.environments.depenv_support import bare_trajectory, build, deps, depenv_root, plugin_wheels  # noqa: F401
+from tests.environments.depenv_support import (  # noqa: F401 - fixtures
+    bare_trajectory, build, deps, depenv_root, plugin_wheels, stored_plain,
+)
 from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - fixture: skips without an engine
 from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, random_agent, scripted_agent
 
@@ -41,8 +43,8 @@ def test_demo_with_dependencies_runs_exactly_as_gymnasium(deps, settings, reques
 
     site = dependency_services.version_python_path(version)[1]
     bare = bare_trajectory(site, env_id, seed, [action for action, *_ in steps], kwargs)
-    assert rollout.initial_observation == bare["reset"]
-    assert [list(step[1:]) for step in steps] == bare["steps"]
+    assert stored_plain(rollout.initial_observation, rollout_id=rollout.pk) == bare["reset"]
+    assert [[stored_plain(step[1], rollout_id=rollout.pk), *step[2:]] for step in steps] == bare["steps"]
 
     # The built-in random agent acts there too, through Gymnasium's own action space.
     rollout = play_one(team, owner, version, random_agent(team, owner), task_id=task_id, seed=seed)
