@@ -520,10 +520,11 @@ class OpenAIPolicy:
 
 # -- usage of a run --------------------------------------------------------------------------------
 
+# Step info is stored as `json` (its key order kept); the jsonb operators need it cast.
 _USAGE_SQL = """
     SELECT {sums}, COUNT(*) FILTER (WHERE s.info ? 'agent' AND s.info->'agent' ? 'usage')
-    FROM runs_step s JOIN runs_rollout r ON r.id = s.rollout_id
-    WHERE r.run_id = %s
+    FROM (SELECT st.info::jsonb AS info FROM runs_step st JOIN runs_rollout r ON r.id = st.rollout_id
+          WHERE r.run_id = %s) s
 """
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
