@@ -151,11 +151,11 @@ def main():
     args = parser.parse_args()
     levels = [int(level) for level in args.clients.split(",")]
 
+    # The key in the base URL is derived with SECRET_KEY: the same one as the servers (bench_episodes.server_env).
+    os.environ["SECRET_KEY"] = server_env(args.database_url, "")["SECRET_KEY"]
     prepare_database(args.database_url)
     os.environ["DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-    # The key in the base URL is derived with SECRET_KEY: the same one as the servers (bench_episodes.server_env).
-    os.environ["SECRET_KEY"] = server_env(args.database_url, "")["SECRET_KEY"]
     import django
 
     django.setup()
