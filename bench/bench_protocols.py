@@ -174,6 +174,7 @@ def main():
     args = parser.parse_args()
     levels = [int(level) for level in args.clients.split(",")]
 
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "false")  # plain HTTP on loopback (the servers run with DEBUG off)
     # The key in the base URL is derived with SECRET_KEY: the same one as the servers (bench_episodes.server_env).
     os.environ["SECRET_KEY"] = server_env(args.database_url, "")["SECRET_KEY"]
     prepare_database(args.database_url)
