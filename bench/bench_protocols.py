@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_episodes import Api, create_fixtures, free_port, server_env, start_host, start_web  # noqa: E402
+from bench_episodes import ENV_PY, Api, free_port, server_env, start_host, start_web  # noqa: E402
 from bench_support import percentile, prepare_database  # noqa: E402
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/studio_bench_protocols"
@@ -69,6 +69,29 @@ REFERENCE_APP = textwrap.dedent('''
 
     app = create_fastapi_app(TrivialEnv, TrivialAction, TrivialObservation, max_concurrent_envs=1024)
 ''')
+
+
+def create_fixtures() -> tuple[str, str]:
+    """A team, an owner's token and a version of the trivial environment (bench_episodes.ENV_PY)."""
+    from django.contrib.auth import get_user_model
+
+    from environments import services as env_services
+    from studio import services as studio_services
+    from studio.models import Membership, Role, Team
+
+    stamp = str(int(time.time() * 1000))
+    team = Team.objects.create(slug=f"bench-{stamp}", name=f"Bench {stamp}")
+    user = get_user_model().objects.create_user(username=f"bench-{stamp}", password=None)
+    Membership.objects.create(team=team, user=user, role=Role.OWNER)
+    _, raw = studio_services.token_create(team=team, actor=user, name="bench")
+    files = {
+        "environment.toml": 'name = "trivial"\nkind = "python"\nentrypoint = "env:Env"\nmax_steps = 100000\n'
+                            "\n[limits]\nepisode_timeout_s = 3600\n",
+        "env.py": ENV_PY,
+        "tasks.jsonl": json.dumps({"id": "t1", "difficulty": 1}) + "\n",
+    }
+    env = env_services.environment_create(team=team, actor=user, name="trivial", slug="trivial", files=files)
+    return raw, env_services.version_commit(environment=env, actor=user, message="bench", files=files).label
 
 
 def start_reference(folder: Path) -> tuple[subprocess.Popen, str]:
@@ -151,11 +174,12 @@ def main():
     args = parser.parse_args()
     levels = [int(level) for level in args.clients.split(",")]
 
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "false")  # plain HTTP on loopback (the servers run with DEBUG off)
+    # The key in the base URL is derived with SECRET_KEY: the same one as the servers (bench_episodes.server_env).
+    os.environ["SECRET_KEY"] = server_env(args.database_url, "")["SECRET_KEY"]
     prepare_database(args.database_url)
     os.environ["DATABASE_URL"] = args.database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-    # The key in the base URL is derived with SECRET_KEY: the same one as the servers (bench_episodes.server_env).
-    os.environ["SECRET_KEY"] = server_env(args.database_url, "")["SECRET_KEY"]
     import django
 
     django.setup()
@@ -167,7 +191,7 @@ def main():
     from runs.protocols.keys import openenv_base_path, openenv_key_get_or_create
     from studio.models import ApiToken, hash_token
 
-    token, label, _ = create_fixtures(0)
+    token, label = create_fixtures()
     api_token = ApiToken.objects.select_related("team", "user").get(token_hash=hash_token(token))
     version = version_by_label(team=api_token.team, label=label)
     key = openenv_key_get_or_create(team=api_token.team, actor=api_token.user, version=version)
