@@ -68,7 +68,7 @@ def main():
     from environments import services as env_services
     from environments.demo import DEMO_DIR, read_folder
     from runs import services as run_services
-    from runs.forms import parse_seeds
+    from runs.seeds import parse_seeds
     from runs.models import Rollout, RunStatus, Step
     from runs.quality import services
     from runs.quality.models import AuditRole

@@ -5,7 +5,7 @@ from environments.selectors import version_by_label
 from studio.api import require
 from studio.errors import DomainError
 
-from ..forms import parse_seeds
+from ..seeds import parse_seeds
 from . import selectors, services
 from .schemas import AuditIn, AuditOut, ReverifyIn, ReverifyOut
 

@@ -9,7 +9,7 @@ from environments import selectors as env_selectors
 from studio.access import team_view
 from studio.errors import DomainError
 
-from ..forms import parse_seeds
+from ..seeds import parse_seeds
 
 from . import selectors, services
 

@@ -15,7 +15,7 @@ from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
-def finished(audit, timeout=240):
+def finished(audit, timeout=420):
     def over():
         audit.refresh_from_db()
         return audit.is_over

@@ -1,6 +1,7 @@
 """In Chromium, with a real worker: the Audit button on a version page queues an audit, the card
 fills in by itself, and its red `claim` line leads to the rollout whose replay shows the hack."""
 import pytest
+from playwright.sync_api import expect
 
 from tests.browser.conftest import browser, log_in, page  # noqa: F401 - fixtures
 from tests.conftest import PASSWORD
@@ -27,6 +28,6 @@ def test_audit_button_fills_the_card_and_a_flag_leads_to_its_replay(page, celery
     page.wait_for_url("**/rollouts/*/")
     assert "probe-claim" in page.locator("main").inner_text()
     assert "says its answer is correct" in page.locator("#replay-verifier-reason").inner_text()
-    page.wait_for_function("document.getElementById('replay-action').textContent.includes('correct')")
+    expect(page.locator("#replay-action")).to_contain_text("correct")
     page.goto(f"{asgi_server}/t/{team.slug}/environments/")
     assert page.locator(".envcard [data-audit-status='flagged']").count() == 1

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import Http404
 
 from environments.selectors import version_by_label
-from runs.management.commands.run_rollouts import _actor, parse_seeds
+from runs.management.commands.run_rollouts import command_actor, parse_seeds
 from runs.quality import services
 from runs.quality.models import Audit
 from runs.quality.selectors import audit_card
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         team = Team.objects.filter(slug=options["team"]).first()
         if team is None:
             raise CommandError(f"No team with slug {options['team']!r}.")
-        actor = _actor(team, options["user"])
+        actor = command_actor(team, options["user"])
         try:
             version = version_by_label(team=team, label=options["version"])
         except Http404 as exc:

@@ -42,7 +42,7 @@ class Command(BaseCommand):
         team = Team.objects.filter(slug=options["team"]).first()
         if team is None:
             raise CommandError(f"No team with slug {options['team']!r}.")
-        actor = _actor(team, options["user"])
+        actor = command_actor(team, options["user"])
         try:
             version = version_by_label(team=team, label=options["version"])
         except Http404 as exc:
@@ -89,7 +89,7 @@ class Command(BaseCommand):
             time.sleep(0.5)
 
 
-def _actor(team, username):
+def command_actor(team, username):
     User = get_user_model()
     if username:
         user = User.objects.filter(username=username).first()
