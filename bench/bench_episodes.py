@@ -59,7 +59,7 @@ def create_fixtures(shared: int) -> tuple[str, str, str | None]:
             labels.append(None)
             continue
         files = {
-            "environment.toml": f'name = "{slug}"\nkind = "python"\nentrypoint = "env:Env"\nmax_steps = 1000000\n{extra}'
+            "environment.toml": f'name = "{slug}"\nkind = "python"\nentrypoint = "env:Env"\nmax_steps = 100000\n{extra}'
                                 "\n[limits]\nepisode_timeout_s = 3600\n",
             "env.py": ENV_PY,
             "tasks.jsonl": json.dumps({"id": "t1", "difficulty": 1}) + "\n",
@@ -77,7 +77,7 @@ def free_port() -> int:
 
 def server_env(url: str, prefix: str) -> dict:
     return {**os.environ, "DATABASE_URL": url, "EPISODES_MAX_OPEN_PER_TEAM": "100000", "SESSION_IDLE_TIMEOUT_S": "600",
-            "DEBUG": "false", "LOG_LEVEL": "WARNING", "EPISODE_HOST_PREFIX": prefix, "DB_POOL_MAX_SIZE": "8",
+            "DEBUG": "false", "SECURE_SSL_REDIRECT": "false", "LOG_LEVEL": "WARNING", "EPISODE_HOST_PREFIX": prefix, "DB_POOL_MAX_SIZE": "8",
             "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret-key-" + "x" * 40), "ALLOWED_HOSTS": "127.0.0.1"}
 
 
