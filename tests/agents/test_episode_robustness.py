@@ -94,6 +94,7 @@ def test_a_start_waits_briefly_for_a_host_to_appear(owner_api, counter, own_epis
 
 def test_steps_of_a_batch_the_database_refused_are_written_later_once(team, owner, counter, settings):
     from runs.episodes.host import EpisodeHost
+    from runs.episodes.writer import FLUSH_EVERY_S
 
     settings.EPISODE_HOST_PREFIX = f"test-robust-{os.getpid()}"
     host = EpisodeHost(threads=2, start_threads=1, pool_size=0)
@@ -102,6 +103,7 @@ def test_steps_of_a_batch_the_database_refused_are_written_later_once(team, owne
         held = host.held[opened["episode_id"]]
         for action in (1, 2, 3):
             host.step(held, action)
+        time.sleep(FLUSH_EVERY_S + 0.05)  # the batch is due whatever the machine's speed
         with psycopg.connect(database_url(), autocommit=False) as locker:
             locker.execute(f"LOCK TABLE {Rollout.steps.rel.related_model._meta.db_table} IN ACCESS EXCLUSIVE MODE")
             try:
@@ -115,6 +117,7 @@ def test_steps_of_a_batch_the_database_refused_are_written_later_once(team, owne
                     cursor.execute("SET statement_timeout = 0")
         assert len(held.episode.writer.pending) == 3  # given back, not dropped
         host.step(held, 4)
+        time.sleep(FLUSH_EVERY_S + 0.05)
         host.reap_once(now=time.monotonic() + 0.5)
         rollout = Rollout.objects.get(pk=opened["rollout_id"])
         assert list(rollout.steps.order_by("index").values_list("index", flat=True)) == [0, 1, 2, 3]

@@ -80,6 +80,9 @@ def two_hosts(tmp_path):
                 "MEDIA_ROOT": str(folder / "media"), "TMPDIR": str(scratch), "ALLOWED_HOSTS": allowed,
                 "ARTIFACT_STORAGE": "s3", "S3_BUCKET": bucket, "S3_ENDPOINT_URL": f"http://{namespace.outside}:{s3_port}",
                 **S3_KEYS,
+                # `ip netns exec` mounts a fresh /sys without the cgroup hierarchy: this test is about hosts,
+                # not sandbox layers (tests/runs/test_sandbox_escape.py covers those).
+                "SANDBOX_ALLOW_WEAK": "true",
             }
             wrap = namespace.wrap(hostname)
             host = start_episode_host(folder / "host.log", prefix=prefix, db_url=env["DATABASE_URL"], env=env, wrap=wrap)

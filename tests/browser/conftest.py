@@ -30,7 +30,7 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)  # lets wait_for_function evaluate its predicates; the CSP itself is tested in tests/studio
     pg = context.new_page()
     pg.set_default_timeout(10_000)
     yield pg
