@@ -19,6 +19,7 @@ from runs.models import Rollout
 from studio.errors import DomainError
 
 from runs.episodes import interactive
+from runs.sessions.fast_path import MAX_BODY_BYTES, read_body
 
 from . import driver, messages, spaces
 from .keys import AccessRefused, access_resolve
@@ -29,7 +30,6 @@ PREFIX = "/openenv/"
 PATH = re.compile(
     r"^/openenv/(?P<team>[a-z0-9][a-z0-9-]*)/(?P<label>[a-z0-9][a-z0-9-]*@[0-9]+)(?:/k/(?P<key>[^/]+))?(?P<rest>/.*)?$"
 )
-MAX_BODY_BYTES = 25 * 1024 * 1024
 MAX_MESSAGE_BYTES = 25 * 1024 * 1024
 HTTP_ROUTES = {("GET", "/health"), ("GET", "/metadata"), ("GET", "/schema"), ("GET", "/state"), ("POST", "/reset"),
                ("POST", "/step"), ("POST", "/close")}
@@ -360,21 +360,6 @@ HTTP_HANDLERS = {"/reset": _http_reset, "/step": _http_step, "/state": _http_sta
 
 def dumps(payload) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-async def read_body(receive) -> bytes | None:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return b""
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
 
 
 async def respond(send, status: int, payload, headers: list | None = None) -> None:

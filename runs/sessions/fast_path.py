@@ -50,7 +50,7 @@ class SessionStepFastPath:
         match = ONE_STEP.match(path)
         if match is None and path.rstrip("/") != "/api/v1/sessions/step":
             return await self.app(scope, receive, send)
-        body = await _read_body(receive)
+        body = await read_body(receive)
         headers = dict(scope.get("headers") or [])
         try:
             if body is None:
@@ -151,7 +151,8 @@ def _authenticated(headers: dict):
     return _permitted(request)
 
 
-async def _read_body(receive) -> bytes | None:
+async def read_body(receive) -> bytes | None:
+    """An ASGI request's whole body; b"" when the client left, None past MAX_BODY_BYTES."""
     chunks, size = [], 0
     while True:
         message = await receive()
