@@ -30,7 +30,7 @@ from studio.errors import DomainError
 
 from .agents import AgentDone, AgentFailed, AgentStepError
 from .artifacts import array_json_default
-from .egress import EgressRefused, resolve_endpoint_host
+from .egress import EgressRefused, pinned_client
 from .models import Agent, AgentSecret
 
 logger = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ class ModelEndpoint:
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         timeout = float(config["timeout_s"])
-        self.client = httpx.Client(
+        self.client = pinned_client(
             base_url=config["base_url"], headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         )
         self.rng = random.Random()
@@ -239,12 +239,10 @@ class ModelEndpoint:
             attempts += 1
             wait_hint = None
             try:
-                # Checked before every request: a host may resolve elsewhere later (DNS rebinding).
-                resolve_endpoint_host(self.config["base_url"])
+                # Every new connection resolves the host once and connects only to the checked addresses.
+                response = self.client.post("/chat/completions", json=body)
             except EgressRefused as exc:
                 raise AgentFailed(f"model endpoint refused by the egress policy: {exc.message}") from None
-            try:
-                response = self.client.post("/chat/completions", json=body)
             except httpx.TimeoutException:
                 problem = f"no answer within timeout_s={self.config['timeout_s']:g} s"
             except httpx.TransportError as exc:
