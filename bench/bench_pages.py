@@ -3,7 +3,7 @@ requests through Django's test client, so no network) and response size at 1k / 
 
     .venv/bin/python bench/bench_pages.py [--levels 1000,10000,100000] [--repeat 5] [--keep]
 
-Data is made with bulk SQL in its own database, `studio_bench_pages` (created here, dropped afterwards
+Data is made with bulk SQL in its own database, `<DATABASE_URL's name>_bench_pages` (created here, dropped afterwards
 unless --keep), on the server of DATABASE_URL. At each level N:
 - run page, `GET /api/v1/runs/{id}` and the run's rollouts API: one run of N rollouts (10 tasks);
 - runs list page and API: 25 runs sharing N rollouts;
@@ -26,8 +26,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-BENCH_DB = "studio_bench_pages"
 _server = dj_database_url.parse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/studio"))
+BENCH_DB = f"{_server['NAME']}_bench_pages"  # beside the checkout's own database, so checkouts never share it
 _admin_dsn = f"host={_server['HOST']} port={_server['PORT'] or 5432} user={_server['USER']} dbname=postgres" + (
     f" password={_server['PASSWORD']}" if _server.get("PASSWORD") else "")
 os.environ["DATABASE_URL"] = (
@@ -134,6 +134,20 @@ def make_steps(team, version, agent, owner, n):
     return rollout
 
 
+def kept_data(level):
+    """What setup_cast, make_run and make_steps made at `level` in a kept database."""
+    from django.contrib.auth import get_user_model
+
+    from runs.models import Rollout, Run
+    from studio.models import Team
+
+    team = Team.objects.get(slug=f"bench-{level}")
+    users = {name: get_user_model().objects.get(username=f"{name}-{level}") for name in ("owner", "fresh", "busy")}
+    run = Run.objects.filter(team=team).order_by("id").first()
+    rollout = Rollout.objects.filter(team=team, task_id="t0", seed=0, step_count=level).order_by("-id").first()
+    return team, users, run, rollout
+
+
 def timed(client, url, repeat, **headers):
     times, size, status = [], 0, None
     for _ in range(repeat + 1):
@@ -151,11 +165,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", default="1000,10000,100000")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--reuse", action="store_true", help="measure the data a --keep run left (no generation)")
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
 
-    recreate_database()
+    if not args.reuse:
+        recreate_database()
     import django
 
     django.setup()
@@ -171,15 +187,18 @@ def main():
     rows = {}
     try:
         for level in levels:
-            made = time.perf_counter()
-            team, users, version, agent = setup_cast(level)
-            run = make_run(team, version, agent, users["owner"], level)
-            spread_runs(team, version, agent, users["owner"], level)
-            make_queue(team, run, users["busy"], 0.9)
-            rollout = make_steps(team, version, agent, users["owner"], level)
-            with connection.cursor() as cursor:
-                cursor.execute("ANALYZE")
-            print(f"level {level}: data made in {time.perf_counter() - made:.1f} s", file=sys.stderr)
+            if args.reuse:
+                team, users, run, rollout = kept_data(level)
+            else:
+                made = time.perf_counter()
+                team, users, version, agent = setup_cast(level)
+                run = make_run(team, version, agent, users["owner"], level)
+                spread_runs(team, version, agent, users["owner"], level)
+                make_queue(team, run, users["busy"], 0.9)
+                rollout = make_steps(team, version, agent, users["owner"], level)
+                with connection.cursor() as cursor:
+                    cursor.execute("ANALYZE")
+                print(f"level {level}: data made in {time.perf_counter() - made:.1f} s", file=sys.stderr)
 
             token = studio_services.token_create(team=team, actor=users["owner"], name="bench")[1]
             api = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
@@ -207,7 +226,7 @@ def main():
                 ms, size = timed(client, url, args.repeat, **headers)
                 rows.setdefault(name, {})[level] = (ms, size)
     finally:
-        if not args.keep:
+        if not (args.keep or args.reuse):
             connection.close()
             recreate_database(drop_only=True)
 
