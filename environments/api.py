@@ -41,7 +41,7 @@ def _version_out(v, *, detail=False) -> dict:
         "environment": v.environment.slug, "number": v.number, "label": v.label,
         "parent": v.parent.number if v.parent_id else None, "content_hash": v.content_hash,
         "author": v.author.username if v.author_id else None, "message": v.message,
-        "created_at": v.created_at, "paths": sorted(v.files),
+        "created_at": v.created_at, "paths": sorted(v.paths) if hasattr(v, "paths") else selectors.version_paths(v),
     }
     if detail:
         out["manifest"] = v.manifest
@@ -54,9 +54,17 @@ def _draft_meta(draft) -> dict:
     return {"revision": draft.revision, "paths": sorted(draft.files)}
 
 
+def _versions_with_paths(versions):
+    """Versions without their content, each annotated with `paths` (sorted), read inside the database."""
+    from django.db.models.expressions import RawSQL
+
+    paths = RawSQL("ARRAY(SELECT jsonb_object_keys(environments_environmentversion.files))", [])
+    return selectors.without_version_content(versions).annotate(paths=paths)
+
+
 @router.get("/environments", response=list[EnvironmentOut])
 def list_environments(request):
-    return [_env_out(e) for e in selectors.environments_for_team(team=request.team).select_related("draft")]
+    return [_env_out(e) for e in selectors.environments_for_team(team=request.team).select_related("draft").defer("draft__files")]
 
 
 @router.post("/environments", response={201: EnvironmentOut})
@@ -141,7 +149,8 @@ def reset_draft(request, slug: str, payload: DraftReset):
 @router.get("/environments/{slug}/versions", response=list[VersionOut])
 def list_versions(request, slug: str):
     env = selectors.environment_get(team=request.team, slug=slug)
-    return [_version_out(v) for v in env.versions.select_related("author", "parent", "environment")]
+    versions = _versions_with_paths(env.versions.select_related("author", "parent", "environment"))
+    return [_version_out(v) for v in selectors.without_version_content(versions, "parent")]
 
 
 @router.post("/environments/{slug}/versions", response={201: VersionOut})
@@ -164,9 +173,10 @@ def get_version(request, slug: str, number: int):
 def get_version_file(request, slug: str, number: int, path: str):
     env = selectors.environment_get(team=request.team, slug=slug)
     v = selectors.version_get(environment=env, number=number)
-    if path not in v.files:
+    text, _ = selectors.version_file(v, path)
+    if text is None:
         raise HttpError(404, f"{path} is not in {v.label}")
-    return HttpResponse(v.files[path], content_type="text/plain; charset=utf-8")
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
 @router.get("/environments/{slug}/diff", response=DiffOut)

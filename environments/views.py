@@ -17,6 +17,10 @@ EDITOR_MODES = {".py": "python", ".toml": "toml", ".js": "javascript", ".json": 
                 ".jsonl": "javascript", ".css": "css", ".html": "htmlmixed", ".md": "markdown"}
 
 
+# A version page shows at most this much of one file (a data file can be tens of megabytes; the zip has it whole).
+FILE_SHOWN_CHARS = 1_000_000
+
+
 def _editor_mode(path: str) -> str:
     for ext, mode in EDITOR_MODES.items():
         if path.endswith(ext):
@@ -62,7 +66,7 @@ def environment_edit(request, slug):
     current = request.GET.get("file") or ("env.py" if "env.py" in draft.files else (paths[0] if paths else ""))
     if current not in draft.files:
         current = paths[0] if paths else ""
-    versions = env.versions.select_related("author").order_by("-number")[:20]
+    versions = selectors.without_version_content(env.versions.select_related("author")).order_by("-number")[:20]
     return render(
         request,
         "environments/edit.html",
@@ -181,7 +185,7 @@ def version_commit(request, slug):
 @team_view("read")
 def version_list(request, slug):
     env = selectors.environment_get(team=request.team, slug=slug)
-    versions = env.versions.select_related("author", "parent").order_by("-number")
+    versions = selectors.without_version_content(env.versions.select_related("author", "parent"), "", "parent").order_by("-number")
     return render(request, "environments/versions.html", {"env": env, "versions": versions})
 
 
@@ -189,20 +193,24 @@ def version_list(request, slug):
 def version_detail(request, slug, number):
     env = selectors.environment_get(team=request.team, slug=slug)
     version = selectors.version_get(environment=env, number=number)
-    paths = sorted(version.files)
-    current = request.GET.get("file") or ("env.py" if "env.py" in version.files else paths[0])
-    if current not in version.files:
+    # The page shows one file and the first tasks: the rest of a large version stays in the database.
+    paths = selectors.version_paths(version)
+    current = request.GET.get("file") or ("env.py" if "env.py" in paths else paths[0])
+    if current not in paths:
         current = paths[0]
+    task_count, tasks = selectors.version_tasks_head(version, 50)
+    content, length = selectors.version_file(version, current, most_chars=FILE_SHOWN_CHARS)
     return render(
         request,
         "environments/version.html",
         {
             "env": env, "version": version, "paths": paths, "current": current,
-            "content": version.files[current], "mode": _editor_mode(current),
+            "content": content, "content_length": length, "content_cut": length > FILE_SHOWN_CHARS,
+            "mode": _editor_mode(current),
             "others": env.versions.exclude(pk=version.pk).order_by("-number").values_list("number", flat=True),
             "can_author": request.membership.can("author"),
-            "tasks": version.tasks[:50], "task_count": len(version.tasks),
-            "warnings": package.package_warnings(version.files),
+            "tasks": tasks, "task_count": task_count,
+            "warnings": package.package_warnings(selectors.version_code_files(version)),
             "agreement": review_selectors.agreement(version=version, viewer=request.user),
             "runs": version.runs.select_related("agent").order_by("-created_at")[:10],
             "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],

@@ -2,7 +2,7 @@
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Status
 
-from environments.selectors import version_by_label
+from environments.selectors import version_by_label, without_version_content
 from studio.api import require
 from studio.inputs import BIGINT_MAX
 
@@ -38,7 +38,8 @@ def _run_out(run: Run, summary: dict | None = None) -> dict:
 
 
 def _runs(request):
-    return Run.objects.filter(team=request.team).select_related("environment_version__environment", "agent")
+    runs = Run.objects.filter(team=request.team).select_related("environment_version__environment", "agent")
+    return without_version_content(runs, "environment_version")
 
 
 def _rollout(request, rollout_id) -> Rollout:

@@ -6,6 +6,7 @@ the verifier, and an idle play is closed (timed_out).
 """
 import dataclasses
 
+from environments.selectors import without_version_content
 from studio.errors import DomainError
 
 from .episodes import interactive
@@ -56,6 +57,7 @@ def play_finish(*, team, play_id: str) -> Rollout:
 
 
 def _play(play_id: str, state: dict) -> Play:
-    rollout = Rollout.objects.select_related("run__environment_version__environment").get(pk=state["rollout_id"])
+    rollouts = Rollout.objects.select_related("run__environment_version__environment")
+    rollout = without_version_content(rollouts, "run__environment_version").get(pk=state["rollout_id"])
     return Play(id=play_id, rollout=rollout, observation=state.get("observation"), artifact_url=state.get("artifact_url"),
                 done=bool(state.get("done")), end_reason=state.get("end_reason") or "")

@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from environments.models import EnvironmentVersion
+from environments.selectors import version_tasks_head, versions_for_team
 from studio.access import team_view
 from studio.errors import DomainError
 
@@ -16,12 +16,12 @@ from . import play as play_service
 ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "done")
 
 
+# The task chooser lists this many tasks; a version with more takes a typed task id (suggesting these).
+TASKS_LISTED = 500
+
+
 def _browser_versions(team):
-    return (
-        EnvironmentVersion.objects.filter(environment__team=team, environment__kind="browser")
-        .select_related("environment")
-        .order_by("environment__name", "-number")
-    )
+    return versions_for_team(team=team, kind="browser")
 
 
 @team_view("run")
@@ -29,7 +29,9 @@ def play_new(request):
     versions = _browser_versions(request.team)
     label = request.GET.get("version") or ""
     version = next((v for v in versions if v.label == label), None)
-    return render(request, "runs/play.html", {"versions": versions, "version": version, "label": label, "play": None})
+    task_count, tasks = version_tasks_head(version, TASKS_LISTED) if version is not None else (0, [])
+    return render(request, "runs/play.html", {"versions": versions, "version": version, "label": label, "play": None,
+                                              "tasks": tasks, "task_count": task_count, "tasks_listed": TASKS_LISTED})
 
 
 @team_view("run")

@@ -2,6 +2,8 @@
 from django.db.models import Count, OuterRef, Subquery
 from django.shortcuts import get_object_or_404
 
+from environments.selectors import without_version_content
+
 from .models import Agent, RewardLabel, Rollout, Run, Step
 
 
@@ -22,16 +24,18 @@ def agent_by_reference(*, team, reference) -> Agent | None:
 
 
 def runs_for_team(*, team):
-    return (
+    return without_version_content(
         Run.objects.filter(team=team)
         .select_related("environment_version__environment", "agent")
         .annotate(rollout_count=Count("rollouts"))
-        .order_by("-created_at")
+        .order_by("-created_at"), "environment_version",
     )
 
 
 def run_get(*, team, run_id: int) -> Run:
-    return get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=team, pk=run_id)
+    """The team's run with its version (without the version's files and tasks) and agent, or 404."""
+    runs = without_version_content(Run.objects.select_related("environment_version__environment", "agent"), "environment_version")
+    return get_object_or_404(runs, team=team, pk=run_id)
 
 
 def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
@@ -46,7 +50,8 @@ def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
             ids.append(int(part))
     if not 2 <= len(ids) <= most:
         raise ValueError(f"Choose from 2 to {most} runs to compare.")
-    found = {run.pk: run for run in Run.objects.filter(team=team, pk__in=ids).select_related("environment_version__environment", "agent")}
+    runs = without_version_content(Run.objects.select_related("environment_version__environment", "agent"), "environment_version")
+    found = {run.pk: run for run in runs.filter(team=team, pk__in=ids)}
     missing = [str(i) for i in ids if i not in found]
     if missing:
         raise ValueError(f"No run {', '.join(missing)} in this team.")
@@ -54,9 +59,8 @@ def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
 
 
 def rollout_get(*, team, rollout_id: int) -> Rollout:
-    return get_object_or_404(
-        Rollout.objects.select_related("run__environment_version__environment", "run__agent"), team=team, pk=rollout_id
-    )
+    rollouts = Rollout.objects.select_related("run__environment_version__environment", "run__agent")
+    return get_object_or_404(without_version_content(rollouts, "run__environment_version"), team=team, pk=rollout_id)
 
 
 def rollout_get_for_reader(*, user, rollout_id: int, team=None) -> Rollout:

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
-from environments.models import EnvironmentVersion
+from environments.selectors import versions_for_team, version_tasks_head, without_version_content
 from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
@@ -28,9 +28,8 @@ def random_agent(*, team, actor) -> Agent:
 
 
 def _runs_with_counts(team):
-    return figures.with_run_counts(
-        Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
-    ).order_by("-created_at")
+    runs = Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
+    return figures.with_run_counts(without_version_content(runs, "environment_version")).order_by("-created_at")
 
 
 @team_view("read")
@@ -44,7 +43,7 @@ def run_list(request):
 @team_view("run")
 def run_new(request):
     label = request.GET.get("version") or request.POST.get("version") or ""
-    versions = EnvironmentVersion.objects.filter(environment__team=request.team).select_related("environment").order_by("environment__name", "-number")
+    versions = versions_for_team(team=request.team)
     version = None
     if "@" in label:
         slug, _, number = label.partition("@")
@@ -72,12 +71,14 @@ def run_new(request):
         else:
             messages.success(request, f"Run {run.pk} queued: {run.rollouts.count()} rollouts.")
             return redirect("runs:run", team=request.team.slug, run_id=run.pk)
-    return render(request, "runs/new.html", {"form": form, "version": version, "versions": versions, "label": label})
+    task_count, tasks = version_tasks_head(version, 12) if version is not None else (0, [])
+    return render(request, "runs/new.html", {"form": form, "version": version, "versions": versions, "label": label,
+                                             "task_count": task_count, "tasks_head": tasks})
 
 
 @team_view("read")
 def run_detail(request, run_id):
-    run = get_object_or_404(Run.objects.select_related("environment_version__environment", "agent"), team=request.team, pk=run_id)
+    run = selectors.run_get(team=request.team, run_id=run_id)
     summary = figures.run_figures(run)
     table = {key: request.GET.get(key, "") for key in ("status", "task", "order")}
     rollouts = Paginator(
@@ -127,7 +128,9 @@ def run_cancel(request, run_id):
 @team_view("read")
 def rollout_detail(request, rollout_id):
     rollout = get_object_or_404(
-        Rollout.objects.select_related("run__environment_version__environment", "run__agent", "rerun_of"),
+        without_version_content(
+            Rollout.objects.select_related("run__environment_version__environment", "run__agent", "rerun_of"),
+            "run__environment_version"),
         team=request.team, pk=rollout_id,
     )
     steps = Paginator(rollout.steps.order_by("index"), STEPS_PER_PAGE).get_page(request.GET.get("page"))

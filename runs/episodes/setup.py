@@ -34,6 +34,12 @@ def agent_view_of(task: dict, hidden_fields) -> dict:
 
 
 def task_of(version, task_id) -> dict | None:
+    """The version's task with this id; looked up inside the database when the version was read without
+    its tasks (they can be megabytes)."""
+    if "tasks" in version.get_deferred_fields():
+        from environments.selectors import version_task
+
+        return version_task(version, task_id)
     return next((t for t in version.tasks if str(t.get("id")) == str(task_id)), None)
 
 

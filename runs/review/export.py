@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import Case, F, Q, When
 from django.db.models.functions import Coalesce
 
+from environments.selectors import without_version_content
 from studio.errors import DomainError
 
 from ..artifacts import arrays_inline
@@ -186,7 +187,8 @@ def _chunks(rollouts) -> Iterator[list[dict]]:
 
 
 def _run_head(run_id: int) -> dict:
-    run = Run.objects.select_related("environment_version__environment", "agent").get(pk=run_id)
+    runs = Run.objects.select_related("environment_version__environment", "agent")
+    run = without_version_content(runs, "environment_version").get(pk=run_id)
     version = run.environment_version
     return {
         "environment": version.environment.slug,

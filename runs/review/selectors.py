@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum, Value
 from django.db.models.functions import Coalesce, Greatest
 
+from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
 from ..models import AgreementTally, Annotation, LabelDecision, LabelSource, RewardLabel, Rollout
@@ -65,7 +66,7 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     the rollout's review state (ReviewState, kept by a trigger as labels arrive), read through a partial
     index of the open ones, so a page of the queue costs that page however long the queue is.
     """
-    return (
+    queue = (
         rollouts_matching(team=team, filters=filters)
         .filter(review_state__open=True)
         .annotate(human_deciders=F("review_state__deciders"))
@@ -73,6 +74,7 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
         .select_related("run__environment_version__environment", "run__agent")
         .order_by("id")
     )
+    return without_version_content(queue, "run__environment_version")
 
 
 def next_in_queue(*, team, reviewer, after_rollout_id: int | None = None, filters: QueueFilters | None = None):

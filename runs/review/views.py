@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from environments.models import Environment
+from environments.selectors import without_version_content
 from studio.access import team_view
 from studio.errors import DomainError
 
@@ -120,7 +121,8 @@ def item(request, rollout_id):
 
 def _item_page(request, rollout_id):
     rollout = get_object_or_404(
-        Rollout.objects.select_related("run__environment_version__environment", "run__agent"),
+        without_version_content(Rollout.objects.select_related("run__environment_version__environment", "run__agent"),
+                                "run__environment_version"),
         team=request.team, pk=rollout_id,
     )
     _, active, _ = _filters(request.GET)
