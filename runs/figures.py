@@ -208,7 +208,26 @@ def task_difficulties(version_ids) -> dict[int, dict[str, object]]:
 
 def return_histogram(run: Run, *, bins: int = 12) -> dict:
     """Counts of done rollouts' returns (those that have one) in `bins` equal bins from the lowest to
-    the highest: {"edges": [lo, ..., hi], "counts": [...], "count": n}. Two queries, whatever the run's size."""
+    the highest: {"edges": [lo, ..., hi], "counts": [...], "count": n}.
+
+    Binning reads every return of the run, so the result is kept in the cache under what determines it:
+    the run's return count and sum from its tally (one indexed read of a few rows) and its latest
+    finished rollout. A run whose returns have not changed since is answered from the cache."""
+    from django.core.cache import cache
+    from django.db.models import Max
+
+    tally = RunTally.objects.filter(run=run).aggregate(n=Sum("return_n"), total=Sum("return_sum"))
+    latest = Rollout.objects.filter(run=run).aggregate(at=Max("finished_at"))["at"]
+    latest = latest.timestamp() if latest is not None else None
+    key = f"runs:return-histogram:{run.pk}:{run.created_at.timestamp()}:{bins}:{tally['n']}:{tally['total']!r}:{latest}"
+    found = cache.get(key)
+    if found is None:
+        found = _return_histogram(run, bins=bins)
+        cache.set(key, found, timeout=3600)
+    return found
+
+
+def _return_histogram(run: Run, *, bins: int) -> dict:
     from django.db.models import FloatField, Max, Min, Value
     from django.db.models.functions import Floor, Least
 
@@ -284,6 +303,19 @@ def run_rollouts(run: Run, *, status: str = "", task_id: str = "", order: str = 
     return rollouts.order_by(*ROLLOUT_ORDERS.get(order, ROLLOUT_ORDERS["id"]))
 
 
+def run_rollouts_count(summary: dict, *, status: str = "", task_id: str = "") -> int | None:
+    """How many rows run_rollouts gives for these filters, from the run's figures (None when the figures
+    do not say: a status and a task together)."""
+    status = status if status in RolloutStatus.values else ""
+    if status and task_id:
+        return None
+    if status:
+        return summary["counts"][status]
+    if task_id:
+        return summary["by_task"].get(task_id, {}).get("total", 0)
+    return summary["total"]
+
+
 POINTS_SHOWN = 400
 
 
@@ -299,6 +331,15 @@ def run_points(run: Run, *, returned: int) -> list[dict]:
     latest.reverse()
     first = returned - len(latest) + 1
     return [{**point, "n": first + i} for i, point in enumerate(latest)]
+
+
+POINT_FIELDS = ("id", "status", "total_reward", "verifier_reward", "task_id", "seed")
+
+
+def points_packed(points: list[dict]) -> dict:
+    """run_points as the page embeds them: one list per field and the first point's `n` (the others
+    follow it), a third of the bytes of a list of objects; static/js/run_live.js unpacks them."""
+    return {"n": points[0]["n"] if points else 1, **{name: [p[name] for p in points] for name in POINT_FIELDS}}
 
 
 # Live pages swap these in by id: the same templates a reload renders, so a live page equals a reload.

@@ -202,7 +202,13 @@ class ReviewState(models.Model):
     open = models.BooleanField(default=False)
 
     class Meta:
-        indexes = [models.Index(fields=["team", "rollout"], condition=models.Q(open=True), name="review_state_open")]
+        indexes = [
+            models.Index(fields=["team", "rollout"], condition=models.Q(open=True), name="review_state_open"),
+            # Rollouts some reviewer decided that may still owe reviews (open, or without a proposal): the
+            # only ones whose decisions blind review hides from the agreement figures (runs.review.selectors).
+            models.Index(fields=["team", "rollout"], name="review_state_begun",
+                         condition=models.Q(deciders__gt=0) & (models.Q(open=True) | models.Q(has_proposal=False))),
+        ]
 
 
 class AgreementTally(models.Model):

@@ -23,6 +23,15 @@ from .models import Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 STEPS_PER_PAGE = 50
 
 
+class CountedPaginator(Paginator):
+    """A paginator told its count (from figures the page already has) instead of counting the rows."""
+
+    def __init__(self, object_list, per_page, *, count: int | None):
+        super().__init__(object_list, per_page)
+        if count is not None:
+            self.__dict__["count"] = count  # Paginator.count is a cached_property
+
+
 def random_agent(*, team, actor) -> Agent:
     return services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
 
@@ -81,12 +90,13 @@ def run_detail(request, run_id):
     run = selectors.run_get(team=request.team, run_id=run_id)
     summary = figures.run_figures(run)
     table = {key: request.GET.get(key, "") for key in ("status", "task", "order")}
-    rollouts = Paginator(
-        figures.run_rollouts(run, status=table["status"], task_id=table["task"], order=table["order"] or "id"), 200
+    rollouts = CountedPaginator(
+        figures.run_rollouts(run, status=table["status"], task_id=table["task"], order=table["order"] or "id"), 200,
+        count=figures.run_rollouts_count(summary, status=table["status"], task_id=table["task"]),
     ).get_page(request.GET.get("page"))
     analytics = {"histogram": figures.return_histogram(run), "by_task": summary["by_task"], "by_difficulty": summary["by_difficulty"]}
     context = {
-        "run": run, "summary": summary, "rollouts": rollouts, "points": figures.run_points(run, returned=summary["return"]["count"]), "points_shown": figures.POINTS_SHOWN, "analytics": analytics,
+        "run": run, "summary": summary, "rollouts": rollouts, "points": figures.points_packed(figures.run_points(run, returned=summary["return"]["count"])), "points_shown": figures.POINTS_SHOWN, "analytics": analytics,
         "table": table, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
         "table_query": urlencode({key: value for key, value in table.items() if value}),
         "agreement": review_selectors.agreement(run=run, viewer=request.user),

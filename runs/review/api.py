@@ -103,12 +103,15 @@ def review_bulk(request, query: Query[QueueQuery], payload: BulkIn):
 
 
 @router.get("/review/queue", response=QueuePage)
-def review_queue(request, query: Query[QueueQuery], limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
-    """Rollouts waiting for your decision, in the order "next" walks them (oldest first)."""
-    queue = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters())
+def review_queue(request, query: Query[QueueQuery], limit: int = Query(50, le=BIGINT_MAX),
+                 offset: int = Query(0, ge=0, le=BIGINT_MAX), after: int | None = Query(None, ge=0, le=BIGINT_MAX)):
+    """Rollouts waiting for your decision, in the order "next" walks them (oldest first). Page with
+    `after` (the last rollout id of the previous page: any page costs the same) or `offset`."""
     limit, offset = max(1, min(limit, 500)), max(0, offset)
-    items = [_queue_item(r) for r in queue[offset : offset + limit]]
-    return {"count": queue.count(), "offset": offset, "limit": limit, "items": items}
+    page = selectors.review_queue_page(team=request.team, reviewer=request.user, filters=query.filters(), after=after,
+                                       offset=offset, limit=limit)
+    count = selectors.review_queue_count(team=request.team, reviewer=request.user, filters=query.filters())
+    return {"count": count, "offset": offset, "limit": limit, "items": [_queue_item(r) for r in page]}
 
 
 @router.get("/review/next", response=NextOut)
@@ -117,7 +120,7 @@ def review_next(request, query: Query[QueueQuery], after: int | None = None, cou
     item = selectors.next_in_queue(team=request.team, reviewer=request.user, after_rollout_id=after, filters=query.filters())
     remaining = None
     if count:
-        remaining = selectors.review_queue(team=request.team, reviewer=request.user, filters=query.filters()).count()
+        remaining = selectors.review_queue_count(team=request.team, reviewer=request.user, filters=query.filters())
     return {"item": _queue_item(item) if item else None, "remaining": remaining}
 
 

@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce, Greatest
 from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import AgreementTally, Annotation, LabelDecision, LabelSource, RewardLabel, Rollout
+from ..models import AgreementTally, Annotation, LabelDecision, LabelSource, ReviewState, RewardLabel, Rollout
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -58,31 +58,82 @@ def rollouts_matching(*, team, filters: QueueFilters | None = None):
     return rollouts.order_by("id")
 
 
+def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
+    """The review states of the rollouts that wait for `reviewer` (see review_queue), in rollout id order:
+    read from the partial index of the team's open states, each checked against the reviewer's own
+    decisions, and joined to rollouts and runs only for the filters that need them."""
+    filters = filters or QueueFilters()
+    states = ReviewState.objects.filter(team=team, open=True)
+    if filters.run_id is not None:
+        states = states.filter(rollout__run_id=filters.run_id)
+    if filters.agent_id is not None:
+        states = states.filter(rollout__run__agent_id=filters.agent_id)
+    if filters.environment:
+        states = states.filter(rollout__run__environment_version__environment__slug=filters.environment)
+    if filters.version is not None:
+        states = states.filter(rollout__run__environment_version__number=filters.version)
+    if filters.min_reward is not None:
+        states = states.filter(proposed_reward__gte=filters.min_reward)
+    if filters.max_reward is not None:
+        states = states.filter(proposed_reward__lte=filters.max_reward)
+    if filters.verifier_outcome == "pass":
+        states = states.filter(proposed_reward__gt=0)
+    elif filters.verifier_outcome == "fail":
+        states = states.filter(proposed_reward__lte=0)
+    mine = RewardLabel.objects.filter(rollout_id=OuterRef("rollout_id"), step__isnull=True, source=LabelSource.HUMAN,
+                                      reviewer=reviewer)
+    return states.exclude(Exists(mine)).order_by("rollout_id")
+
+
 def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     """Rollouts of the team that still wait for `reviewer`'s decision, oldest first (by id).
 
     A rollout waits while it has a verifier proposal and fewer distinct human reviewers than its
     run's `reviews_required` (K); a reviewer who already decided it no longer sees it. Both facts are
     the rollout's review state (ReviewState, kept by a trigger as labels arrive), read through a partial
-    index of the open ones, so a page of the queue costs that page however long the queue is.
+    index of the open ones. Pages and the API read a page of it with review_queue_page, which costs
+    that page however long the queue is; this queryset is for walking it (bulk decisions).
     """
-    queue = (
-        rollouts_matching(team=team, filters=filters)
-        .filter(review_state__open=True)
-        .annotate(human_deciders=F("review_state__deciders"))
-        .exclude(Exists(_rollout_labels().filter(source=LabelSource.HUMAN, reviewer=reviewer)))
-        .select_related("run__environment_version__environment", "run__agent")
-        .order_by("id")
-    )
-    return without_version_content(queue, "run__environment_version")
+    ids = _queue_states(team=team, reviewer=reviewer, filters=filters).values("rollout_id")
+    return _queue_rollouts(Rollout.objects.filter(team=team, pk__in=ids)).order_by("id")
+
+
+def _queue_rollouts(rollouts):
+    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"), human_deciders=F("review_state__deciders"))
+    return without_version_content(rollouts.select_related("run__environment_version__environment", "run__agent"),
+                                   "run__environment_version")
+
+
+def review_queue_page(*, team, reviewer, filters: QueueFilters | None = None, after: int | None = None,
+                      offset: int = 0, limit: int = 100) -> list[Rollout]:
+    """Up to `limit` rollouts of the queue, in queue order, after rollout id `after` (keyset) and/or
+    skipping `offset`; each with `proposed_reward` and `human_deciders`. Two queries: ids, then rows."""
+    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
+    if after is not None:
+        states = states.filter(rollout_id__gt=after)
+    ids = list(states.values_list("rollout_id", flat=True)[offset: offset + limit])
+    if not ids:
+        return []
+    found = {r.pk: r for r in _queue_rollouts(Rollout.objects.filter(pk__in=ids))}
+    return [found[i] for i in ids if i in found]
+
+
+def review_queue_count(*, team, reviewer, filters: QueueFilters | None = None, most: int | None = None) -> int:
+    """How many rollouts wait for `reviewer` (at most `most` + 1 counted, when given: "more than `most`")."""
+    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
+    if most is None:
+        return states.count()
+    return len(states.values_list("rollout_id", flat=True)[: most + 1])
 
 
 def next_in_queue(*, team, reviewer, after_rollout_id: int | None = None, filters: QueueFilters | None = None):
     """The item after `after_rollout_id` in queue order, wrapping to the start for skipped ones; None when done."""
-    queue = review_queue(team=team, reviewer=reviewer, filters=filters)
-    if after_rollout_id is None:
-        return queue.first()
-    return queue.filter(id__gt=after_rollout_id).first() or queue.exclude(id=after_rollout_id).first()
+    if after_rollout_id is not None:
+        following = review_queue_page(team=team, reviewer=reviewer, filters=filters, after=after_rollout_id, limit=1)
+        if following:
+            return following[0]
+    first = [r for r in review_queue_page(team=team, reviewer=reviewer, filters=filters, limit=2) if r.pk != after_rollout_id]
+    return first[0] if first else None
 
 
 def label_history(rollout):
@@ -203,6 +254,12 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
         tags = dict(cursor.fetchall())
     if viewer is not None:
         scope = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
+        # Only rollouts someone decided hold decisions to hide; of those, only the ones that may still owe
+        # reviews (open, or without a proposal), read through their partial index: the cost is the
+        # rollouts whose review is under way, not the run's.
+        team_id = run.team_id if run is not None else version.environment.team_id
+        begun = ReviewState.objects.filter(team_id=team_id, deciders__gt=0).filter(Q(open=True) | Q(has_proposal=False))
+        scope = scope.filter(pk__in=begun.values("rollout_id"))
         owed = rollouts_owed_by(viewer=viewer, rollouts=scope).values("pk")
         hidden = AgreementTally.objects.filter(rollout_id__in=owed).aggregate(
             **{name: Coalesce(Sum(name), 0) for name in ("reviewed", "tt", "tf", "ft", "ff", "multi", "pairs", "agreeing")})

@@ -5,7 +5,9 @@
   const body = document.getElementById("run-body");
   if (!body) return;
   const rolloutUrl = body.dataset.rolloutUrl;
-  let points = JSON.parse(document.getElementById("run-points").textContent);
+  // The page embeds the chart's points packed, one list per field (runs/figures.py points_packed).
+  const unpack = (d) => d.id.map((id, i) => ({ id, status: d.status[i], total_reward: d.total_reward[i], verifier_reward: d.verifier_reward[i], task_id: d.task_id[i], seed: d.seed[i], n: d.n + i }));
+  let points = unpack(JSON.parse(document.getElementById("run-points").textContent));
   const RETURN_STATUSES = ["succeeded", "failed"];
   const COLORS = { succeeded: "#1f8a4c", failed: "#c2362b" };
   const latest = new Map(); // rollout id -> {step, at}
@@ -182,7 +184,7 @@
       try {
         const fresh = await window.studioRefresh(url.toString(), ["summary-stats", "by-difficulty", "rollout-rows", "agreement"]);
         const data = fresh.querySelector("#run-points");
-        if (data) { points = JSON.parse(data.textContent); redraw(); }
+        if (data) { points = unpack(JSON.parse(data.textContent)); redraw(); }
         const more = fresh.querySelector("#run-analytics");
         if (more) { analytics = JSON.parse(more.textContent); drawAnalytics(); }
         const stats = fresh.querySelector("#summary-stats");
