@@ -7,10 +7,12 @@ Data is made with bulk SQL in its own database, `<DATABASE_URL's name>_bench_pag
 unless --keep), on the server of DATABASE_URL. At each level N:
 - run page, `GET /api/v1/runs/{id}` and the run's rollouts API: one run of N rollouts (10 tasks);
 - runs list page and API: 25 runs sharing N rollouts;
-- review queue page, next item and queue API: N rollouts queued, for a reviewer who decided none and
-  for one who decided 90% of them;
+- review queue page, next item and queue API: N rollouts queued for two reviews each, for a reviewer who
+  decided none and for one who decided 90% of them (which stay in the queue, waiting for a second review);
 - steps API and replay window: a rollout of N steps, its first, middle and last page.
 The last column is the ratio of the largest level to the smallest (goal: under 1.5x).
+- a version of N tasks (tasks.jsonl of ~100 bytes a task): its page, the run form and the environments
+  list (issue 15: pages that do not need a version's files and tasks never load them).
 Targets at 100k (issue 16): run page < 60 ms and < 100 KB, runs list < 30 ms, queue page and next item
 < 60 ms whatever the reviewer decided, steps API any page < 25 ms.
 """
@@ -80,11 +82,11 @@ class Env(Environment):
 '''
 
 
-def make_run(team, version, agent, owner, n):
+def make_run(team, version, agent, owner, n, reviews_required=1):
     from runs.models import Rollout, Run
 
     run = Run.objects.create(team=team, environment_version=version, agent=agent, task_ids=TASKS, seeds=[0],
-                             status="finished", created_by=owner)
+                             status="finished", created_by=owner, reviews_required=reviews_required)
     statuses = ["succeeded", "failed", "succeeded", "errored", "succeeded"]
     for start in range(0, n, 10_000):
         Rollout.objects.bulk_create(
@@ -132,6 +134,14 @@ def make_steps(team, version, agent, owner, n):
                  reward=0.0, terminated=i == n - 1, info={})
             for i in range(start, min(n, start + 10_000)))
     return rollout
+
+
+def make_large_version(team, owner, n):
+    """A version whose tasks.jsonl has n tasks (about 100 bytes each: 10 MB at 100k)."""
+    from tests.runs.rollout_factories import package_version
+
+    tasks = [{"id": f"task-{i}", "difficulty": 1 + i % 3, "prompt": "p" * 60} for i in range(n)]
+    return package_version(team, owner, "bench-large", ENV_PY, tasks=tasks)
 
 
 def kept_data(level):
@@ -192,12 +202,14 @@ def main():
             else:
                 made = time.perf_counter()
                 team, users, version, agent = setup_cast(level)
-                run = make_run(team, version, agent, users["owner"], level)
+                    # Two reviews each: what the busy reviewer decided stays in the team's open queue.
+                run = make_run(team, version, agent, users["owner"], level, reviews_required=2)
                 spread_runs(team, version, agent, users["owner"], level)
                 make_queue(team, run, users["busy"], 0.9)
                 rollout = make_steps(team, version, agent, users["owner"], level)
+                make_large_version(team, users["owner"], level)
                 with connection.cursor() as cursor:
-                    cursor.execute("ANALYZE")
+                    cursor.execute("VACUUM ANALYZE")  # as autovacuum would have by then
                 print(f"level {level}: data made in {time.perf_counter() - made:.1f} s", file=sys.stderr)
 
             token = studio_services.token_create(team=team, actor=users["owner"], name="bench")[1]
@@ -218,6 +230,10 @@ def main():
                 ("next item", fresh, f"{t}/review/next/", {}),
                 ("next item, 90% decided", busy, f"{t}/review/next/", {}),
                 ("queue API", owner, "/api/v1/review/queue", api),
+                ("version page, N tasks", owner, f"{t}/environments/bench-large/versions/1/", {}),
+                ("run form, N tasks", owner, f"{t}/runs/new/?version=bench-large@1", {}),
+                ("environments list", owner, f"{t}/environments/", {}),
+                ("versions API, N tasks", owner, "/api/v1/environments/bench-large/versions", api),
                 ("steps API first", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset=0", api),
                 ("steps API middle", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset={level // 2}", api),
                 ("steps API last", owner, f"/api/v1/rollouts/{rollout.pk}/steps?offset={max(0, level - 100)}", api),
