@@ -102,3 +102,17 @@ def test_agreement_on_pages_hides_other_decisions(decided_by_rita, second_review
         assert blind.status_code == 200
         assert blind.context["agreement"]["human_decisions"] == 0, url
         assert login(viewer).get(url).context["agreement"]["human_decisions"] == 2, url
+
+
+def test_label_history_rollout_and_review_pages_hide_other_decisions(decided_by_rita, second_reviewer, viewer, team):
+    rollout = decided_by_rita.rollouts.order_by("id").first()
+    api, page = api_for(second_reviewer, team), login(second_reviewer)
+    reads = {
+        "labels API": api.get(f"/rollouts/{rollout.pk}/labels"), "rollout API": api.get(f"/rollouts/{rollout.pk}"),
+        "rollout page": page.get(f"/t/alpha/rollouts/{rollout.pk}/"), "review page": page.get(f"/t/alpha/review/{rollout.pk}/"),
+    }
+    for name, response in reads.items():
+        assert response.status_code == 200, name
+        assert SECRET not in response.content.decode() and "rita" not in response.content.decode(), name
+    assert api.get(f"/rollouts/{rollout.pk}/labels").json()["review_open_for_you"] is True
+    assert SECRET in api_for(viewer, team).get(f"/rollouts/{rollout.pk}/labels").content.decode()

@@ -170,3 +170,23 @@ def test_a_model_agent_pointed_at_an_internal_service_errors_without_echoing_it(
                 assert "egress policy" in rollout.error
     finally:
         server.close()
+
+
+def test_with_debug_off_http_redirects_to_https_and_https_answers_send_hsts_and_secure_cookies():
+    code = (
+        "import django; django.setup()\n"
+        "from django.conf import settings\n"
+        "from django.test import Client\n"
+        "plain = Client().get('/accounts/login/', HTTP_HOST='studio.example.com')\n"
+        "tls = Client().get('/accounts/login/', HTTP_HOST='studio.example.com', secure=True)\n"
+        "print(plain.status_code, plain.get('Location'))\n"
+        "print(tls.status_code, tls.get('Strict-Transport-Security'))\n"
+        "print(bool(tls.cookies['csrftoken']['secure']), settings.SESSION_COOKIE_SECURE, settings.SESSION_COOKIE_HTTPONLY)\n"
+    )
+    result = run_python(code, DEPLOYMENT_ENV)
+    assert result.returncode == 0, result.stderr
+    redirect, hsts, cookies = result.stdout.strip().splitlines()[-3:]
+    assert redirect == "301 https://studio.example.com/accounts/login/"
+    status, policy = hsts.split(" ", 1)
+    assert status == "200" and "max-age=" in policy and "includeSubDomains" in policy and int(policy.split("max-age=")[1].split(";")[0]) >= 31536000
+    assert cookies == "True True True"
