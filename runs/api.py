@@ -1,4 +1,5 @@
 """REST endpoints for agents, runs, rollouts and steps (the same services as the pages)."""
+from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Status
 
@@ -64,9 +65,18 @@ def get_agent(request, agent_id: int):
 
 
 @router.get("/runs", response=list[RunOut])
-def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
+def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX),
+              before: int | None = Query(None, ge=0, le=BIGINT_MAX)):
+    """The team's runs, newest first. Page with `before` (the last run id of the previous page: any page
+    costs the same) or `offset`."""
     limit = max(1, min(limit, 200))
-    runs = list(_runs(request).order_by("-created_at")[offset : offset + limit])
+    runs = _runs(request).order_by("-created_at", "-id")
+    if before is not None:
+        last = Run.objects.filter(team=request.team, pk=before).values_list("created_at", flat=True).first()
+        if last is None:
+            raise services.InvalidRun(f"No run {before} in this team.", field="before")
+        runs = runs.filter(Q(created_at__lt=last) | Q(created_at=last, pk__lt=before))
+    runs = list(runs[offset : offset + limit])
     summaries = figures.runs_figures(runs)
     return [_run_out(run, summaries[run.pk]) for run in runs]
 

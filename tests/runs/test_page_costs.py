@@ -84,6 +84,7 @@ def costs(team, owner):
         endpoints = {
             "run API": f"/api/v1/runs/{run.pk}",
             "runs API": "/api/v1/runs",
+            "runs API, next page": f"/api/v1/runs?before={run.pk}&limit=5",
             "run rollouts API": f"/api/v1/runs/{run.pk}/rollouts",
             "rollout API": f"/api/v1/rollouts/{rollout.pk}",
             "steps API last page": f"/api/v1/rollouts/{rollout.pk}/steps?offset={max(0, n - 5)}",
@@ -140,3 +141,26 @@ def test_agreement_tallies_equal_a_recount_after_decisions_change(team, owner, r
     confusion = figures["verifier_human"]["confusion"]
     assert sum(confusion.values()) == figures["verifier_human"]["compared"] == 6 + 4
     assert figures["verifier_human"]["agreement_rate"] == round((6 - 1) / 10, 4)
+
+
+def test_keyset_pages_of_runs_and_the_review_queue_list_every_item_once(team, owner, costs):
+    costs(4)
+    costs(5)
+    api = api_for(owner, team)
+
+    def walk(url, key, cursor):
+        seen, last = [], None
+        while True:
+            page = api.client.get(url + (f"&{cursor}={last}" if last is not None else ""), headers=api.headers).json()
+            items = page if isinstance(page, list) else page["items"]
+            if not items:
+                return seen
+            seen += [item[key] for item in items]
+            last = items[-1][key]
+
+    runs = walk("/api/v1/runs?limit=2", "id", "before")
+    assert runs == [run["id"] for run in api.client.get("/api/v1/runs?limit=200", headers=api.headers).json()]
+    assert len(runs) == len(set(runs)) == 3  # the fixture's base run and the two measured
+    queue = walk("/api/v1/review/queue?limit=3", "id", "after")
+    everything = api.client.get("/api/v1/review/queue?limit=500", headers=api.headers).json()
+    assert queue == [item["id"] for item in everything["items"]] and len(queue) == everything["count"] > 3
