@@ -134,14 +134,18 @@ def environment_get(*, team, slug: str) -> Environment:
     return get_object_or_404(Environment.objects.select_related("draft").defer("draft__files"), team=team, slug=slug)
 
 
-def version_get(*, environment, number: int) -> EnvironmentVersion:
-    """The environment's version `number`; its files and tasks (and its parent's) load when asked for."""
+def version_get(*, environment, number: int, content: bool = False) -> EnvironmentVersion:
+    """The environment's version `number`. Without `content`, its files and tasks (and its parent's) are
+    left in the database and load when first touched, which async code cannot do: callers that hand the
+    version to an episode or a protocol ask for `content`."""
     versions = EnvironmentVersion.objects.select_related("author", "parent", "environment", "dependency_environment")
-    return get_object_or_404(without_version_content(versions, "", "parent"), environment=environment, number=number)
+    versions = without_version_content(versions, "parent") if content else without_version_content(versions, "", "parent")
+    return get_object_or_404(versions, environment=environment, number=number)
 
 
 def version_by_label(*, team, label: str) -> EnvironmentVersion:
-    """Resolve 'slug@N' (or 'slug' for the latest) within a team."""
+    """Resolve 'slug@N' (or 'slug' for the latest) within a team, with the version's files and tasks
+    (runs, sessions and protocols start episodes from it)."""
     slug, _, number = label.partition("@")
     env = environment_get(team=team, slug=slug)
     if number:
@@ -149,7 +153,7 @@ def version_by_label(*, team, label: str) -> EnvironmentVersion:
             from django.http import Http404
 
             raise Http404(f"Bad version number in {label!r}")
-        return version_get(environment=env, number=int(number))
+        return version_get(environment=env, number=int(number), content=True)
     version = env.versions.order_by("-number").first()
     if version is None:
         from django.http import Http404

@@ -41,7 +41,7 @@ def openenv_urls(*, origin: str, version, key) -> dict:
 
 
 def _version(request, slug: str, number: int):
-    return version_get(environment=environment_get(team=request.team, slug=slug), number=number)
+    return version_get(environment=environment_get(team=request.team, slug=slug), number=number, content=True)
 
 
 @router.get("/environments/{slug}/versions/{number}/openenv", response=OpenEnvOut)
