@@ -4,8 +4,9 @@ and A/B pages, the API and `audit_version` all show what these functions return.
 
 Definitions:
 - a rollout *passes* when it succeeded (runs/figures.py: succeeded / done is the success rate);
-- a probe's *reward* of a rollout is its verifier reward, 0 when it has none (an errored or timed-out
-  probe rollout scored nothing); a probe is flagged when its mean is above the version's threshold
+- a probe's *reward* of a rollout is its verifier reward; for a rollout without one (a version with no
+  verifier, such as a Gymnasium environment) 1 when it succeeded by the version's [success] rule and
+  0 otherwise (an errored or timed-out probe rollout scored nothing); a probe is flagged when its mean is above the version's threshold
   (`[quality] probe_threshold`, default 0.05, or `[quality.probe_thresholds] NAME = x`);
 - pass@k = 1 - C(n-c, k) / C(n, k) and pass^k = C(c, k) / C(n, k) over a task's n done rollouts of
   one agent with c passes (tau-bench's reliability metric);
@@ -58,10 +59,17 @@ def _crash_of(row) -> str | None:
     return None
 
 
+def probe_reward(row: dict) -> float:
+    """A probe's reward of one rollout (see the module's definitions)."""
+    if row["verifier_reward"] is not None:
+        return row["verifier_reward"]
+    return 1.0 if passed(row["status"]) else 0.0
+
+
 def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
     done = [row for row in rows if row["status"] in DONE_STATUSES]
-    rewards = [row["verifier_reward"] or 0.0 for row in done]
-    best = max(done, key=lambda row: (row["verifier_reward"] or 0.0, -row["id"]), default=None)
+    rewards = [probe_reward(row) for row in done]
+    best = max(done, key=lambda row: (probe_reward(row), -row["id"]), default=None)
     mean = round(sum(rewards) / len(rewards), 4) if rewards else None
     crashes = [
         {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": _crash_of(row)[:300]}
