@@ -266,9 +266,12 @@ def reverification_refusal(*, version) -> str:
     audit = latest_audit(version=version)
     if audit is None or audit.report is None:
         return f"Audit {version.label} first: re-verification needs episodes that repeat."
-    if audit.report["determinism"]["divergent"]:
+    determinism = audit.report.get("determinism") or {}
+    if determinism.get("divergent"):
         return (f"Episodes of {version.label} do not repeat (its audit found divergent pairs): a replay would not"
                 " reproduce what the agent saw.")
+    if not determinism.get("pairs"):
+        return f"The audit of {version.label} finished no determinism pair: audit it again before re-verifying."
     return ""
 
 
