@@ -1,5 +1,6 @@
 """Quality-lab fixtures: versions of the demo packages and of the two deliberately flawed variants
-of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock)."""
+of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock).
+A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from environments import services as env_services
 from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
+VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number"}
 
 
 def version_of(team, actor, folder: Path, slug: str, *, extra: dict | None = None):
@@ -21,8 +23,9 @@ def make_version(team, owner):
     """make_version("guess_claim" | a demo package name, slug=..., extra={path: text}) -> a version."""
 
     def make(name: str, *, slug: str | None = None, extra: dict | None = None):
-        folder = PACKAGES / name if (PACKAGES / name).exists() else DEMO_DIR / name
-        return version_of(team, owner, folder, slug or name.replace("_", "-"), extra=extra)
+        variant = read_folder(PACKAGES / name) if name in VARIANT_OF else {}
+        return version_of(team, owner, DEMO_DIR / VARIANT_OF.get(name, name), slug or name.replace("_", "-"),
+                          extra=variant | (extra or {}))
 
     return make
 
