@@ -18,7 +18,7 @@ from math import comb
 import numpy as np
 
 from ..figures import DONE_STATUSES
-from ..models import Rollout, RolloutStatus
+from ..models import AgentKind, Rollout, RolloutStatus
 from ..selectors import compare_trajectories
 from .models import AuditRole
 
@@ -105,8 +105,9 @@ def oracle_figures(rows: list[dict], task_ids: list[str]) -> dict:
 
 
 def determinism_figures(rows: list[dict]) -> dict:
-    """Pairs (task, seed) run twice by the same deterministic agent; each divergent pair with its first
-    divergent step (the rerun comparison of runs/selectors.py)."""
+    """Pairs (task, seed) run twice by the same deterministic agent (the `random` probe's episode and
+    the determinism run's; an older audit's determinism run holds both); each divergent pair with its
+    first divergent step (the rerun comparison of runs/selectors.py)."""
     by_key: dict = {}
     for row in rows:
         if row["status"] in DONE_STATUSES:
@@ -228,14 +229,17 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
     task_ids = [str(task.get("id")) for task in version.tasks]
     roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
     probes, oracle, determinism = [], None, {"pairs": 0, "identical": 0, "divergent": []}
+    pair_runs = [entry.run_id for entry in roles if entry.role == AuditRole.DETERMINISM]
     for entry in roles:
         rows = _rows([entry.run_id])
         if entry.role == AuditRole.PROBE:
             probes.append(probe_figures(name=entry.name, rows=rows, threshold=probe_threshold(manifest, entry.name)))
+            if entry.name == "random" and entry.run.agent.kind == AgentKind.RANDOM:
+                pair_runs.append(entry.run_id)  # the first episode of each determinism pair
         elif entry.role == AuditRole.ORACLE:
             oracle = oracle_figures(rows, task_ids)
-        elif entry.role == AuditRole.DETERMINISM:
-            determinism = determinism_figures(rows)
+    if pair_runs:
+        determinism = determinism_figures(_rows(pair_runs))
     difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
     report = {
         "audit": audit.pk,

@@ -123,7 +123,7 @@ def checked_seeds(seeds) -> list[int]:
 
 def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     """Queue the audit's runs: each probe, the oracle (when the package has oracle.py) and the
-    determinism pairs (the random agent twice per task and seed)."""
+    determinism pairs (the random agent once more per task and seed, beside the `random` probe's run)."""
     team = version.environment.team
     seeds = checked_seeds(seeds)
     if not version.tasks:
@@ -150,9 +150,9 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
         except run_services.InvalidAgent as exc:
             raise InvalidAudit(f"{oracle_file}: {exc.message}", field="version") from None
         plan.append((AuditRole.ORACLE, "oracle", oracle, 1))
-    # The random agent draws its actions from the rollout's seed: a deterministic agent that needs no
-    # agent sandbox, so the pairs cost half of a scripted agent's.
-    plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 2))
+    # The random agent draws its actions from the rollout's seed, so it is a deterministic agent: each
+    # episode of the `random` probe is run once more, and the two make a determinism pair.
+    plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 1))
     try:
         with transaction.atomic():
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor)
