@@ -1,6 +1,7 @@
 """Quality-lab fixtures: versions of the demo packages and of the two deliberately flawed variants
 of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock).
 A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number"}
 
 def version_of(team, actor, folder: Path, slug: str, *, extra: dict | None = None):
     files = read_folder(folder) | (extra or {})
-    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, files=files)
+    kind = tomllib.loads(files["environment.toml"]).get("kind", "python")
+    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, kind=kind, files=files)
     return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
 
 

@@ -52,6 +52,18 @@ def reset(task, seed):
         pass
 
 
+def inside(low, high, value):
+    """`value` (or 0) in every cell of a box space, clipped to its bounds (nested like its shape)."""
+    if isinstance(low, list):
+        return [inside(lo, hi, value) for lo, hi in zip(low, high)]
+    value = float(value or 0)
+    if low is not None:
+        value = max(value, low)
+    if high is not None:
+        value = min(value, high)
+    return value
+
+
 def secrets_in(info):
     if isinstance(info, dict):
         for key, value in info.items():
@@ -94,6 +106,9 @@ def act(observation, info):
         start, n = space.get("start", 0), space.get("n", 1)
         # A numeric space takes only numbers in it: what it found, else its first action.
         return number if number is not None and start <= number < start + n else start
+    if space.get("type") == "box" and not TOOL_SPECS:
+        # A box takes only arrays in its bounds: what it found in every cell, else the bound nearest 0.
+        return inside(space.get("low"), space.get("high"), number)
     for spec in TOOL_SPECS:
         spec = spec.get("function") or spec
         if any(word in str(spec.get("name")) for word in ("submit", "answer", "guess")):
