@@ -32,6 +32,13 @@ def make_version(team, owner):
     return make
 
 
+def two_tasks() -> dict:
+    """guess-number's first task of two levels, as files to lay over a version: enough for a flaw to
+    show in half the rollouts of its five tasks."""
+    lines = (DEMO_DIR / "guess_number" / "tasks.jsonl").read_text().splitlines()
+    return {"tasks.jsonl": f"{lines[0]}\n{lines[2]}\n"}
+
+
 def play_audit(audit):
     """Execute every rollout of the audit in this process (the Celery task bodies), then complete it."""
     from runs.quality.services import audit_complete
