@@ -1,6 +1,7 @@
 """Verifier regression and re-verification from human labels, and the quality lab's API and pages
 (team scoping, 4xx for bad input, escaped text)."""
 import pytest
+from django.db.models import F
 from django.urls import reverse
 
 from environments import services as env_services
@@ -126,6 +127,24 @@ def test_a_reverification_that_fails_midway_ends_failed_and_writes_no_label(team
     assert job.status == "failed" and job.labelled == 0 and job.finished_at is not None
     assert "the database went away" in job.message and "No label was written" in job.message
     assert RewardLabel.objects.count() == before
+
+
+def test_a_reverification_taken_over_by_a_redelivery_writes_nothing_of_its_own(team, owner, labelled_v1, monkeypatch):
+    v1, _ = labelled_v1
+    passed_audit(team, v1)
+    job = services.reverification_start(version=v1, source=v1, actor=owner)
+    real = services.rollouts_reverify
+
+    def redelivered_meanwhile(**kwargs):
+        # The broker hands the job to another worker (this one presumed dead) while it replays.
+        Reverification.objects.filter(pk=job.pk).update(attempts=F("attempts") + 1)
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "rollouts_reverify", redelivered_meanwhile)
+    before = RewardLabel.objects.count()
+    assert execute_reverification(job.pk) == "taken over"
+    job.refresh_from_db()
+    assert job.status == "running" and RewardLabel.objects.count() == before
 
 
 def test_the_card_shows_a_reverification_and_polls_while_it_runs(team, owner, labelled_v1):
