@@ -7,7 +7,7 @@ from studio.errors import DomainError
 
 from ..seeds import parse_seeds
 from . import selectors, services
-from .schemas import AuditIn, AuditOut, ReverifyIn, ReverifyOut
+from .schemas import AuditIn, AuditOut, ReverificationOut, ReverifyIn
 
 router = Router(tags=["quality"])
 
@@ -63,15 +63,28 @@ def cancel_audit(request, audit_id: int):
     return audit_out(audit)
 
 
-@router.post("/reverify", response=ReverifyOut)
+def reverification_out(job) -> dict:
+    return {
+        "id": job.pk, "version": job.environment_version.label, "source": job.source.label, "status": job.status,
+        "total": job.total, "replayed": job.replayed, "labelled": job.labelled, "skipped": job.skipped,
+        "message": job.message, "created_at": job.created_at, "finished_at": job.finished_at,
+    }
+
+
+@router.post("/reverify", response={202: ReverificationOut})
 def reverify(request, payload: ReverifyIn):
-    """Re-score the source version's stored rollouts with this version's verifier (new verifier labels)."""
+    """Queue a re-verification: the source version's stored rollouts re-scored by this version's verifier
+    in the background (new verifier labels when it ends). Follow it at GET /reverifications/{id}."""
     require(request, "review")
     version = version_by_label(team=request.team, label=payload.version)
     source = version_by_label(team=request.team, label=payload.source) if payload.source else version
-    if source.environment_id != version.environment_id:
-        raise services.InvalidAudit("Re-verify rollouts of the same environment.", field="source")
-    return services.rollouts_reverify(version=version, rollouts=services.replayable_rollouts(version=source), actor=request.user)
+    job = services.reverification_start(version=version, source=source, actor=request.user)
+    return Status(202, reverification_out(job))
+
+
+@router.get("/reverifications/{reverification_id}", response=ReverificationOut)
+def get_reverification(request, reverification_id: int):
+    return reverification_out(selectors.reverification_get(team=request.team, reverification_id=reverification_id))
 
 
 @router.get("/quality/compare")

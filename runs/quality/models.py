@@ -65,4 +65,50 @@ class AuditRun(models.Model):
         ordering = ["id"]
 
 
+
+class ReverificationStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class Reverification(models.Model):
+    """A background job that re-scores the stored rollouts of `source` with `environment_version`'s
+    verifier by replaying their actions. Its new `verifier` labels are written together when it ends
+    (append-only, never over an earlier label): a failed job leaves none."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.CASCADE, related_name="reverifications")
+    source = models.ForeignKey(EnvironmentVersion, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=16, choices=ReverificationStatus.choices, default=ReverificationStatus.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    replayed = models.PositiveIntegerField(default=0)  # progress: rollouts replayed so far
+    labelled = models.PositiveIntegerField(default=0)
+    skipped = models.JSONField(default=list)  # [{rollout, reason}] of rollouts whose replay did not repeat
+    message = models.TextField(blank=True)
+    # Fences the final write: a redelivered job that took over makes the older attempt's result void.
+    attempts = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(replayed__lte=models.F("total")), name="reverification_progress_in_range"),
+        ]
+
+    def __str__(self):
+        return f"re-verification {self.pk} of {self.source_id} by {self.environment_version_id}"
+
+    @property
+    def is_over(self) -> bool:
+        return self.status in (ReverificationStatus.DONE, ReverificationStatus.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.replayed / self.total) if self.total else 100
+
+
 from . import hooks  # noqa: E402,F401 - connects the run-ended hook when the models load

@@ -10,14 +10,26 @@ import logging
 
 from django.conf import settings
 
+from environments.dependencies.services import DependenciesNotReady
+
 from ..episodes.setup import effective_limits, task_of
 from ..models import Rollout, Step
-from ..sandbox import SandboxError, SandboxLimits
+from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxLimits
 from ..sandbox.backends import sandbox_for
 
 logger = logging.getLogger(__name__)
 
 REPLAYS_PER_SANDBOX = 100
+
+
+def version_sandbox(version):
+    """An unstarted python sandbox that imports what `version`'s episodes import (its dependency
+    environment, when it declares one). Raises DependenciesNotReady when that is not built."""
+    from environments.dependencies.services import version_python_path
+
+    python_path = version_python_path(version)
+    config = DEFAULT_CONFIG if python_path is None else dataclasses.replace(DEFAULT_CONFIG, python_path=python_path)
+    return sandbox_for(settings.SANDBOX_BACKEND, config)
 
 
 @dataclasses.dataclass
@@ -57,7 +69,7 @@ class Replayer:
             self.close()
         if self.sandbox is None:
             self.served = 0
-            self.sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+            self.sandbox = version_sandbox(self.version)
             self.sandbox.start(self.version.files, mode="env", entrypoint=self.version.manifest["entrypoint"], limits=self.limits)
         return self.sandbox
 
@@ -90,4 +102,6 @@ class Replayer:
         except SandboxError as exc:
             outcome.error = str(exc)[:500]
             self.close()
+        except DependenciesNotReady as exc:
+            outcome.error = exc.message[:500]
         return outcome

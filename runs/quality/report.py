@@ -4,8 +4,9 @@ and A/B pages, the API and `audit_version` all show what these functions return.
 
 Definitions:
 - a rollout *passes* when it succeeded (runs/figures.py: succeeded / done is the success rate);
-- a probe's *reward* of a rollout is its verifier reward, 0 when it has none (an errored or timed-out
-  probe rollout scored nothing); a probe is flagged when its mean is above the version's threshold
+- a probe's *reward* of a rollout is its verifier reward; for a rollout without one (a version with no
+  verifier, such as a Gymnasium environment) 1 when it succeeded by the version's [success] rule and
+  0 otherwise (an errored or timed-out probe rollout scored nothing); a probe is flagged when its mean is above the version's threshold
   (`[quality] probe_threshold`, default 0.05, or `[quality.probe_thresholds] NAME = x`);
 - pass@k = 1 - C(n-c, k) / C(n, k) and pass^k = C(c, k) / C(n, k) over a task's n done rollouts of
   one agent with c passes (tau-bench's reliability metric);
@@ -17,7 +18,7 @@ from math import comb
 import numpy as np
 
 from ..figures import DONE_STATUSES
-from ..models import Rollout, RolloutStatus
+from ..models import AgentKind, Rollout, RolloutStatus
 from ..selectors import compare_trajectories
 from .models import AuditRole
 
@@ -58,10 +59,17 @@ def _crash_of(row) -> str | None:
     return None
 
 
+def probe_reward(row: dict) -> float:
+    """A probe's reward of one rollout (see the module's definitions)."""
+    if row["verifier_reward"] is not None:
+        return row["verifier_reward"]
+    return 1.0 if passed(row["status"]) else 0.0
+
+
 def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
     done = [row for row in rows if row["status"] in DONE_STATUSES]
-    rewards = [row["verifier_reward"] or 0.0 for row in done]
-    best = max(done, key=lambda row: (row["verifier_reward"] or 0.0, -row["id"]), default=None)
+    rewards = [probe_reward(row) for row in done]
+    best = max(done, key=lambda row: (probe_reward(row), -row["id"]), default=None)
     mean = round(sum(rewards) / len(rewards), 4) if rewards else None
     crashes = [
         {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": _crash_of(row)[:300]}
@@ -97,8 +105,9 @@ def oracle_figures(rows: list[dict], task_ids: list[str]) -> dict:
 
 
 def determinism_figures(rows: list[dict]) -> dict:
-    """Pairs (task, seed) run twice by the same deterministic agent; each divergent pair with its first
-    divergent step (the rerun comparison of runs/selectors.py)."""
+    """Pairs (task, seed) run twice by the same deterministic agent (the `random` probe's episode and
+    the determinism run's; an older audit's determinism run holds both); each divergent pair with its
+    first divergent step (the rerun comparison of runs/selectors.py)."""
     by_key: dict = {}
     for row in rows:
         if row["status"] in DONE_STATUSES:
@@ -220,14 +229,17 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
     task_ids = [str(task.get("id")) for task in version.tasks]
     roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
     probes, oracle, determinism = [], None, {"pairs": 0, "identical": 0, "divergent": []}
+    pair_runs = [entry.run_id for entry in roles if entry.role == AuditRole.DETERMINISM]
     for entry in roles:
         rows = _rows([entry.run_id])
         if entry.role == AuditRole.PROBE:
             probes.append(probe_figures(name=entry.name, rows=rows, threshold=probe_threshold(manifest, entry.name)))
+            if entry.name == "random" and entry.run.agent.kind == AgentKind.RANDOM:
+                pair_runs.append(entry.run_id)  # the first episode of each determinism pair
         elif entry.role == AuditRole.ORACLE:
             oracle = oracle_figures(rows, task_ids)
-        elif entry.role == AuditRole.DETERMINISM:
-            determinism = determinism_figures(rows)
+    if pair_runs:
+        determinism = determinism_figures(_rows(pair_runs))
     difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
     report = {
         "audit": audit.pk,

@@ -28,7 +28,15 @@ class ReverifyIn(Schema):
     source: str = ""  # the version whose stored rollouts are re-scored (default: the same version)
 
 
-class ReverifyOut(Schema):
-    version: str
-    labelled: int
+class ReverificationOut(Schema):
+    id: int
+    version: str  # whose verifier re-scores
+    source: str  # whose stored rollouts are re-scored
+    status: str  # queued | running | done | failed
+    total: int
+    replayed: int  # progress
+    labelled: int  # new verifier labels, written when the job ends (none when it failed)
     skipped: list[dict]
+    message: str
+    created_at: datetime
+    finished_at: datetime | None

@@ -6,11 +6,21 @@ from studio.errors import DomainError
 from ..figures import DONE_STATUSES
 from ..models import Agent, Rollout
 from . import report as figures
-from .models import Audit, AuditStatus
+from .models import Audit, AuditStatus, Reverification
 
 
 def audit_get(*, team, audit_id: int) -> Audit:
     return get_object_or_404(Audit.objects.select_related("environment_version__environment"), team=team, pk=audit_id)
+
+
+def reverification_get(*, team, reverification_id: int) -> Reverification:
+    return get_object_or_404(Reverification.objects.select_related("environment_version__environment", "source"),
+                             team=team, pk=reverification_id)
+
+
+def latest_reverification(*, version) -> Reverification | None:
+    """The newest re-verification by `version`'s verifier."""
+    return Reverification.objects.filter(environment_version=version).select_related("source").first()
 
 
 def audits_of(*, version):

@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from studio.errors import Conflict, DomainError
@@ -15,7 +16,7 @@ from studio.errors import Conflict, DomainError
 from .. import services as run_services
 from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, Rollout, RunStatus
 from . import report as figures
-from .models import Audit, AuditRole, AuditRun, AuditStatus
+from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,9 @@ PROBES_DIR = Path(__file__).resolve().parent / "probes"
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 MAX_AUDIT_SEEDS = 20
 MAX_GOLDEN_CASES = 200
+# Re-verification: how often the job's progress is written, and how many skipped rollouts it lists.
+PROGRESS_EVERY = 10
+MAX_SKIPPED_LISTED = 200
 SUCCESS_WORDS = ("correct", "success", "solved", "pass", "done", "right", "win", "complete", "verified")
 
 
@@ -58,16 +62,20 @@ def success_words(version) -> list[str]:
 def env_interface(version) -> dict:
     """What an agent can send: the action space and tools the environment shows after resetting its
     first task (seed 0), so probes speak its language. Empty when it cannot be learnt (browser
-    environments, a failing reset): the probes then try text and common shapes."""
-    from django.conf import settings
+    environments, whose actions are the SDK's page actions; a failing reset): the probes then try
+    text and common shapes."""
+    from environments.dependencies.services import DependenciesNotReady
 
     from ..episodes.setup import effective_limits
     from ..sandbox import SandboxError, SandboxLimits
-    from ..sandbox.backends import sandbox_for
+    from .replay import version_sandbox
 
     if (version.manifest.get("kind") or "python") != "python" or not version.tasks:
         return {}
-    sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+    try:
+        sandbox = version_sandbox(version)
+    except DependenciesNotReady:
+        return {}
     try:
         sandbox.start(version.files, mode="env", entrypoint=version.manifest["entrypoint"],
                       limits=SandboxLimits.from_dict(effective_limits(version, None)))
@@ -83,6 +91,7 @@ def probe_code(name: str, version, interface: dict | None = None) -> str:
     """A built-in probe's code with what it knows of this version filled in."""
     code = (PROBES_DIR / f"{name}.py").read_text(encoding="utf-8")
     interface = env_interface(version) if interface is None else interface
+    code = code.replace('KIND = "python"', f"KIND = {version.manifest.get('kind') or 'python'!r}", 1)
     code = code.replace("SPACE = None", f"SPACE = {interface.get('action_space')!r}", 1)
     code = code.replace("TOOL_SPECS = []", f"TOOL_SPECS = {interface.get('tools') or []!r}", 1)
     if name == "claim":
@@ -114,7 +123,7 @@ def checked_seeds(seeds) -> list[int]:
 
 def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     """Queue the audit's runs: each probe, the oracle (when the package has oracle.py) and the
-    determinism pairs (the random agent twice per task and seed)."""
+    determinism pairs (the random agent once more per task and seed, beside the `random` probe's run)."""
     team = version.environment.team
     seeds = checked_seeds(seeds)
     if not version.tasks:
@@ -141,9 +150,9 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
         except run_services.InvalidAgent as exc:
             raise InvalidAudit(f"{oracle_file}: {exc.message}", field="version") from None
         plan.append((AuditRole.ORACLE, "oracle", oracle, 1))
-    # The random agent draws its actions from the rollout's seed: a deterministic agent that needs no
-    # agent sandbox, so the pairs cost half of a scripted agent's.
-    plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 2))
+    # The random agent draws its actions from the rollout's seed, so it is a deterministic agent: each
+    # episode of the `random` probe is run once more, and the two make a determinism pair.
+    plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 1))
     try:
         with transaction.atomic():
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor)
@@ -252,32 +261,94 @@ def verifier_regression(*, version) -> dict | None:
     return figures.regression_figures(cases)
 
 
-def rollouts_reverify(*, version, rollouts, actor=None) -> dict:
-    """Re-score stored rollouts with `version`'s verifier by replaying their actions: each replay that
-    repeats its episode adds a new `verifier` label (append-only); the others are listed, unlabelled."""
-    from .replay import Replayer
-
+def reverification_refusal(*, version) -> str:
+    """Why `version`'s verifier cannot re-score by replay ("" when it can): its episodes must repeat."""
     audit = latest_audit(version=version)
     if audit is None or audit.report is None:
-        raise InvalidAudit(f"Audit {version.label} first: re-verification needs episodes that repeat.", field="version")
-    if audit.report["determinism"]["divergent"]:
-        raise InvalidAudit(f"Episodes of {version.label} do not repeat (its audit found divergent pairs): a replay would not"
-                           " reproduce what the agent saw.", field="version")
-    labelled, skipped = 0, []
+        return f"Audit {version.label} first: re-verification needs episodes that repeat."
+    determinism = audit.report.get("determinism") or {}
+    if determinism.get("divergent"):
+        return (f"Episodes of {version.label} do not repeat (its audit found divergent pairs): a replay would not"
+                " reproduce what the agent saw.")
+    if not determinism.get("pairs"):
+        return f"The audit of {version.label} finished no determinism pair: audit it again before re-verifying."
+    return ""
+
+
+def rollouts_reverify(*, version, rollouts, progress=None) -> tuple[list[RewardLabel], list[dict]]:
+    """Re-score stored rollouts with `version`'s verifier by replaying their actions: a new `verifier`
+    label (unsaved) for each replay that repeats its episode, and the others listed with the reason.
+    `progress(replayed)` is called every PROGRESS_EVERY rollouts."""
+    from .replay import Replayer
+
+    if refusal := reverification_refusal(version=version):
+        raise InvalidAudit(refusal, field="version")
+    labels, skipped = [], []
     with Replayer(version) as replayer:
-        for rollout in rollouts:
+        for count, rollout in enumerate(rollouts, 1):
             replayed = replayer.replay(rollout)
             if replayed.reward is None or replayed.error or (replayed.diverged_at is not None):
                 why = replayed.error or (f"diverged at step {replayed.diverged_at}" if replayed.diverged_at is not None
                                          else replayed.reason or "no reward")
                 skipped.append({"rollout": rollout.pk, "reason": why})
-                continue
-            RewardLabel.objects.create(
-                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER, value=replayed.reward,
-                decision=LabelDecision.PROPOSED, rationale=f"re-verified by {version.label}: {replayed.reason}"[:2000],
-            )
-            labelled += 1
-    return {"version": version.label, "labelled": labelled, "skipped": skipped}
+            else:
+                labels.append(RewardLabel(
+                    team_id=rollout.team_id, rollout_id=rollout.pk, source=LabelSource.VERIFIER, value=replayed.reward,
+                    decision=LabelDecision.PROPOSED, rationale=f"re-verified by {version.label}: {replayed.reason}"[:2000],
+                ))
+            if progress is not None and count % PROGRESS_EVERY == 0:
+                progress(count)
+    return labels, skipped
+
+
+def reverification_start(*, version, source, actor) -> Reverification:
+    """Queue a background re-verification of `source`'s stored rollouts by `version`'s verifier."""
+    if source.environment_id != version.environment_id:
+        raise InvalidAudit("Re-verify rollouts of the same environment.", field="source")
+    if refusal := reverification_refusal(version=version):
+        raise InvalidAudit(refusal, field="version")
+    from .tasks import execute_reverification
+
+    with transaction.atomic():
+        job = Reverification.objects.create(
+            team=version.environment.team, environment_version=version, source=source, created_by=actor,
+            total=replayable_rollouts(version=source).count(),
+        )
+        execute_reverification.delay_on_commit(job.pk)
+    return job
+
+
+def reverification_execute(*, reverification_id: int) -> str:
+    """Replay the job's rollouts and write their labels together with its end, in one transaction.
+    Idempotent: an ended job is left alone; a redelivered one (its worker died) starts over, and the
+    older attempt's final write finds itself fenced out. Any failure ends it failed, with no label."""
+    claimed = Reverification.objects.filter(
+        pk=reverification_id, status__in=[ReverificationStatus.QUEUED, ReverificationStatus.RUNNING],
+    ).update(status=ReverificationStatus.RUNNING, attempts=F("attempts") + 1, replayed=0)
+    if not claimed:
+        return "nothing to do"
+    job = Reverification.objects.select_related("environment_version__environment", "source").get(pk=reverification_id)
+    mine = Reverification.objects.filter(pk=job.pk, attempts=job.attempts, status=ReverificationStatus.RUNNING)
+
+    def progress(replayed):
+        mine.update(replayed=min(replayed, job.total))
+
+    try:
+        rollouts = list(replayable_rollouts(version=job.source)[:job.total]) if job.total else []
+        labels, skipped = rollouts_reverify(version=job.environment_version, rollouts=rollouts, progress=progress)
+        with transaction.atomic():
+            if not mine.update(status=ReverificationStatus.DONE, replayed=len(rollouts), labelled=len(labels),
+                               skipped=skipped[:MAX_SKIPPED_LISTED], finished_at=timezone.now(),
+                               message=f"{len(labels)} new verifier label(s), {len(skipped)} rollout(s) skipped."):
+                return "taken over"
+            RewardLabel.objects.bulk_create(labels, batch_size=1000)
+        return ReverificationStatus.DONE
+    except Exception as exc:  # noqa: BLE001 - the job must end with a readable state, never stay running
+        logger.exception("re-verification %s failed", job.pk)
+        message = exc.message if isinstance(exc, DomainError) else f"The re-verification failed: {exc!r}"
+        mine.update(status=ReverificationStatus.FAILED, finished_at=timezone.now(), labelled=0,
+                    message=f"{message} No label was written."[:2000])
+        return ReverificationStatus.FAILED
 
 
 def latest_audit(*, version):

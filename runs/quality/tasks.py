@@ -8,3 +8,12 @@ def complete_audit(audit_id: int) -> str:
     from .services import audit_complete
 
     return audit_complete(audit_id=audit_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def execute_reverification(reverification_id: int) -> str:
+    """Re-score the job's stored rollouts. Safe to deliver twice: an ended job is left alone, and a
+    job redelivered after its worker died starts over, fencing out the older attempt's write."""
+    from .services import reverification_execute
+
+    return reverification_execute(reverification_id=reverification_id)

@@ -24,7 +24,41 @@ def _version(request, slug, number):
 def version_card(request, slug, number):
     env, version = _version(request, slug, number)
     audit = selectors.latest_audit(version=version)
-    return render(request, "quality/_card.html", {"env": env, "version": version, **selectors.audit_card(audit)})
+    return render(request, "quality/_card.html", {
+        "env": env, "version": version, "reverification": selectors.latest_reverification(version=version),
+        "can_reverify": not services.reverification_refusal(version=version), **selectors.audit_card(audit),
+    })
+
+
+@require_POST
+@team_view("review")
+def reverify_start(request, slug, number):
+    """Queue a re-verification of a version's stored rollouts (`source`, a version number of the same
+    environment; default this one) by this version's verifier; its progress shows on the card."""
+    env, version = _version(request, slug, number)
+    try:
+        source_number = int(request.POST.get("source") or version.number)
+    except ValueError:
+        messages.error(request, "Source: give a version number of this environment.")
+    else:
+        try:
+            source = env_selectors.version_get(environment=env, number=source_number)
+            job = services.reverification_start(version=version, source=source, actor=request.user)
+        except Http404:
+            messages.error(request, f"Source: {env.slug} has no version {source_number}.")
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Re-verification {job.pk} of {job.source.label} by {version.label}'s verifier queued.")
+    return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+
+
+@require_safe
+@team_view("read")
+def reverification_part(request, reverification_id):
+    """A re-verification's progress (the card polls it while the job runs)."""
+    job = selectors.reverification_get(team=request.team, reverification_id=reverification_id)
+    return render(request, "quality/_reverification.html", {"reverification": job})
 
 
 @require_POST

@@ -103,6 +103,27 @@ _libc_name = ctypes.util.find_library("c")
 _LIBC = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
 
 
+# The trusted code every sandbox imports at start (the SDK and the protocol module), compiled ahead
+# by the sandbox's own interpreter into the usual __pycache__ folders, which the view binds read-only
+# with their sources: a sandbox then skips compiling them (~20-40 ms of its start). Sandboxed code
+# cannot write there; where the host cannot either, sandboxes compile in memory as before.
+_compiled_for: set[str] = set()
+
+
+def compile_sandbox_bytecode(python: str) -> None:
+    """Once per process and interpreter: byte-compile the SDK and protocol.py for `python`."""
+    if python in _compiled_for:
+        return
+    _compiled_for.add(python)
+    script = "import compileall, sys; compileall.compile_dir(sys.argv[1], quiet=2); compileall.compile_file(sys.argv[2], quiet=2)"
+    try:
+        subprocess.run([python, "-S", "-c", script, str(SDK_PATH), str(RUNNER_PATH.with_name("protocol.py"))],
+                       env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass  # no cache: each sandbox compiles in memory
+
+
 def allow_weak_setting() -> bool:
     """settings.SANDBOX_ALLOW_WEAK where Django is configured; False otherwise."""
     try:
@@ -492,6 +513,7 @@ class ProcessSandbox:
         if self._proc is not None:
             raise SandboxError("sandbox already started")
         config = self.config
+        compile_sandbox_bytecode(config.python)
         root = config.root
         root.mkdir(mode=0o711, exist_ok=True)
         self._check_root(root)

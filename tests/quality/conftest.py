@@ -1,5 +1,7 @@
 """Quality-lab fixtures: versions of the demo packages and of the two deliberately flawed variants
-of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock)."""
+of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock).
+A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -8,11 +10,13 @@ from environments import services as env_services
 from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
+VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number"}
 
 
 def version_of(team, actor, folder: Path, slug: str, *, extra: dict | None = None):
     files = read_folder(folder) | (extra or {})
-    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, files=files)
+    kind = tomllib.loads(files["environment.toml"]).get("kind", "python")
+    env = env_services.environment_create(team=team, actor=actor, name=slug, slug=slug, kind=kind, files=files)
     return env_services.version_commit(environment=env, actor=actor, message="test", files=files)
 
 
@@ -21,10 +25,18 @@ def make_version(team, owner):
     """make_version("guess_claim" | a demo package name, slug=..., extra={path: text}) -> a version."""
 
     def make(name: str, *, slug: str | None = None, extra: dict | None = None):
-        folder = PACKAGES / name if (PACKAGES / name).exists() else DEMO_DIR / name
-        return version_of(team, owner, folder, slug or name.replace("_", "-"), extra=extra)
+        variant = read_folder(PACKAGES / name) if name in VARIANT_OF else {}
+        return version_of(team, owner, DEMO_DIR / VARIANT_OF.get(name, name), slug or name.replace("_", "-"),
+                          extra=variant | (extra or {}))
 
     return make
+
+
+def two_tasks() -> dict:
+    """guess-number's first task of two levels, as files to lay over a version: enough for a flaw to
+    show in half the rollouts of its five tasks."""
+    lines = (DEMO_DIR / "guess_number" / "tasks.jsonl").read_text().splitlines()
+    return {"tasks.jsonl": f"{lines[0]}\n{lines[2]}\n"}
 
 
 def play_audit(audit):

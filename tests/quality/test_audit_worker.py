@@ -10,6 +10,7 @@ from django.core.management import call_command
 from runs.models import Rollout, Step
 from runs.quality import services
 from runs.quality.models import AuditStatus
+from conftest import two_tasks
 from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -29,7 +30,7 @@ def line(report, check):
 
 
 def test_claim_trusting_verifier_is_flagged_by_the_claim_probe_with_its_rollout(make_version, owner, celery_worker):
-    version = make_version("guess_claim")
+    version = make_version("guess_claim", extra=two_tasks())
     audit = finished(services.audit_start(version=version, actor=owner, seeds=[0]))
     assert audit.status == AuditStatus.FLAGGED
     report = audit.report
@@ -49,12 +50,12 @@ def test_claim_trusting_verifier_is_flagged_by_the_claim_probe_with_its_rollout(
 
 
 def test_clock_reading_environment_is_flagged_by_determinism_with_its_first_divergent_step(make_version, owner, celery_worker):
-    version = make_version("guess_clock")
+    version = make_version("guess_clock", extra=two_tasks())
     audit = finished(services.audit_start(version=version, actor=owner, seeds=[0]))
     report = audit.report
     assert audit.status == AuditStatus.FLAGGED
     det = report["determinism"]
-    assert det["pairs"] == 5 and det["divergent"]
+    assert det["pairs"] == 2 and det["divergent"]
     first = det["divergent"][0]
     assert first["first_divergent_step"] == 0 and "observation" in first["reason"]
     assert line(report, "determinism")["rollout"] in first["rollouts"]
@@ -75,10 +76,12 @@ def test_demo_guess_number_gets_a_green_card_and_the_cli_prints_the_report(make_
     assert report["flags"] == []
 
 
-@pytest.mark.parametrize("name", ["frozen_lake", "inventory_tools"])
-def test_the_other_python_demos_pass_their_audit(make_version, owner, celery_worker, name):
+# Seeds on which frozen_lake's optimal policy crosses both slippery lakes (a slippery lake throws any
+# policy into a hole on some seeds: the oracle check counts a task solved when one of its seeds is).
+@pytest.mark.parametrize(("name", "seeds"), [("frozen_lake", [1, 2]), ("inventory_tools", [0])])
+def test_the_other_python_demos_get_a_green_card(make_version, owner, celery_worker, name, seeds):
     version = make_version(name)
-    audit = finished(services.audit_start(version=version, actor=owner, seeds=[0]))
+    audit = finished(services.audit_start(version=version, actor=owner, seeds=seeds))
     assert audit.status == AuditStatus.PASSED, audit.report["flags"]
-    assert not [entry for entry in audit.report["lines"] if entry["level"] == "red"]
+    assert [entry for entry in audit.report["lines"] if entry["level"] != "green"] == []
     assert all(not probe["crashes"] for probe in audit.report["probes"])

@@ -3,6 +3,7 @@ fills in by itself, and its red `claim` line leads to the rollout whose replay s
 import pytest
 from playwright.sync_api import expect
 
+from conftest import two_tasks
 from tests.browser.conftest import browser, log_in, page  # noqa: F401 - fixtures
 from tests.conftest import PASSWORD
 from tests.processes import asgi_server, celery_queue, celery_worker  # noqa: F401 - fixtures
@@ -11,7 +12,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_d
 
 
 def test_audit_button_fills_the_card_and_a_flag_leads_to_its_replay(page, celery_worker, asgi_server, make_version, team):
-    version = make_version("guess_claim")
+    version = make_version("guess_claim", extra=two_tasks())
     log_in(page, asgi_server, "olivia", PASSWORD)
     page.goto(f"{asgi_server}/t/{team.slug}/environments/{version.environment.slug}/versions/1/")
     card = page.locator("#quality-card")

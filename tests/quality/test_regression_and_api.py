@@ -1,12 +1,14 @@
 """Verifier regression and re-verification from human labels, and the quality lab's API and pages
 (team scoping, 4xx for bad input, escaped text)."""
 import pytest
+from django.db.models import F
 from django.urls import reverse
 
 from environments import services as env_services
 from runs.models import LabelDecision, LabelSource, RewardLabel, RolloutStatus
 from runs.quality import services
-from runs.quality.models import Audit, AuditStatus
+from runs.quality.models import Audit, AuditStatus, Reverification
+from runs.quality.tasks import execute_reverification
 from tests.conftest import api_for, login
 from tests.runs.rollout_factories import package_version, play_run, random_agent
 from runs import services as run_services
@@ -59,24 +61,108 @@ def test_a_lenient_new_verifier_disagrees_with_the_human_labels_and_each_flip_is
     line = next(entry for entry in audit.report["lines"] if entry["check"] == "regression")
     assert line["level"] == "red" and line["rollout"] in failing
 
-    # Re-verification: the same replays become new verifier labels, appended after the human ones.
+    # Re-verification, a background job: the same replays become new verifier labels, after the human ones.
     before = RewardLabel.objects.count()
-    result = services.rollouts_reverify(version=v2, rollouts=services.replayable_rollouts(version=v1))
-    assert result["labelled"] == 6 and result["skipped"] == []
+    job = services.reverification_start(version=v2, source=v1, actor=owner)
+    assert (job.status, job.total, job.replayed) == ("queued", 6, 0)
+    assert execute_reverification(job.pk) == "done"
+    job.refresh_from_db()
+    assert (job.status, job.replayed, job.labelled, job.skipped) == ("done", 6, 6, [])
     assert RewardLabel.objects.count() == before + 6
     latest = RewardLabel.objects.filter(rollout_id=failing[0]).order_by("-id")
     assert [(label.source, label.value) for label in latest[:2]] == [("verifier", 1.0), ("human", 0.0)]
     assert latest[0].rationale.startswith("re-verified by counter2@2")
+    # Delivered twice: the ended job is left alone, nothing is labelled again.
+    assert execute_reverification(job.pk) == "nothing to do" and RewardLabel.objects.count() == before + 6
 
 
-def test_reverification_is_refused_for_a_version_whose_episodes_do_not_repeat(team, owner, labelled_v1):
+def test_reverification_is_refused_for_a_version_whose_episodes_do_not_repeat(team, owner, owner_api, labelled_v1):
     v1, _ = labelled_v1
     with pytest.raises(services.InvalidAudit, match="Audit counter2@1 first"):
-        services.rollouts_reverify(version=v1, rollouts=services.replayable_rollouts(version=v1))
+        services.reverification_start(version=v1, source=v1, actor=owner)
     Audit.objects.create(team=team, environment_version=v1, status=AuditStatus.FLAGGED, seeds=[0],
                          report={"determinism": {"divergent": [{"task_id": "t1"}]}})
-    with pytest.raises(services.InvalidAudit, match="do not repeat"):
-        services.rollouts_reverify(version=v1, rollouts=services.replayable_rollouts(version=v1))
+    response = owner_api.post("/reverify", {"version": "counter2@1"})
+    assert response.status_code == 400 and response.json()["field"] == "version"
+    assert "do not repeat" in response.json()["detail"] and not Reverification.objects.exists()
+
+
+def passed_audit(team, version):
+    return Audit.objects.create(team=team, environment_version=version, status=AuditStatus.PASSED, seeds=[0],
+                                report={"status": "passed", "determinism": {"pairs": 1, "identical": 1, "divergent": []}, "lines": []})
+
+
+def test_api_queues_a_reverification_and_shows_its_progress_to_the_team_only(team, owner, owner_api, outsider_api, labelled_v1):
+    v1, rollouts = labelled_v1
+    passed_audit(team, v1)
+    response = owner_api.post("/reverify", {"version": "counter2@1"})
+    assert response.status_code == 202, response.content
+    body = response.json()
+    assert (body["status"], body["total"], body["replayed"], body["labelled"]) == ("queued", 6, 0, 0)
+    assert outsider_api.get(f"/reverifications/{body['id']}").status_code == 404
+    execute_reverification(body["id"])
+    done = owner_api.get(f"/reverifications/{body['id']}").json()
+    assert (done["status"], done["replayed"], done["labelled"]) == ("done", 6, 6)
+    assert owner_api.post("/reverify", {"version": "counter2@1", "source": "nope@1"}).status_code == 404
+
+
+def test_a_reverification_that_fails_midway_ends_failed_and_writes_no_label(team, owner, labelled_v1, monkeypatch):
+    from runs.quality.replay import Replayer
+
+    v1, _ = labelled_v1
+    passed_audit(team, v1)
+    job = services.reverification_start(version=v1, source=v1, actor=owner)
+    real, calls = Replayer.replay, []
+
+    def replay_then_break(self, rollout, **kwargs):
+        calls.append(rollout.pk)
+        if len(calls) > 3:
+            raise RuntimeError("the database went away")
+        return real(self, rollout, **kwargs)
+
+    monkeypatch.setattr(Replayer, "replay", replay_then_break)
+    before = RewardLabel.objects.count()
+    assert execute_reverification(job.pk) == "failed"
+    job.refresh_from_db()
+    assert job.status == "failed" and job.labelled == 0 and job.finished_at is not None
+    assert "the database went away" in job.message and "No label was written" in job.message
+    assert RewardLabel.objects.count() == before
+
+
+def test_a_reverification_taken_over_by_a_redelivery_writes_nothing_of_its_own(team, owner, labelled_v1, monkeypatch):
+    v1, _ = labelled_v1
+    passed_audit(team, v1)
+    job = services.reverification_start(version=v1, source=v1, actor=owner)
+    real = services.rollouts_reverify
+
+    def redelivered_meanwhile(**kwargs):
+        # The broker hands the job to another worker (this one presumed dead) while it replays.
+        Reverification.objects.filter(pk=job.pk).update(attempts=F("attempts") + 1)
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "rollouts_reverify", redelivered_meanwhile)
+    before = RewardLabel.objects.count()
+    assert execute_reverification(job.pk) == "taken over"
+    job.refresh_from_db()
+    assert job.status == "running" and RewardLabel.objects.count() == before
+
+
+def test_the_card_shows_a_reverification_and_polls_while_it_runs(team, owner, labelled_v1):
+    v1, _ = labelled_v1
+    passed_audit(team, v1)
+    client = login(owner)
+    card_url = reverse("quality:card", kwargs={"team": team.slug, "slug": "counter2", "number": 1})
+    assert 'name="source"' in client.get(card_url).content.decode()
+    response = client.post(reverse("quality:reverify", kwargs={"team": team.slug, "slug": "counter2", "number": 1}), {"source": "9"})
+    assert response.status_code == 302 and not Reverification.objects.exists()
+    client.post(reverse("quality:reverify", kwargs={"team": team.slug, "slug": "counter2", "number": 1}), {"source": "1"})
+    job = Reverification.objects.get()
+    part_url = reverse("quality:reverification", kwargs={"team": team.slug, "reverification_id": job.pk})
+    card = client.get(card_url).content.decode()
+    assert 'data-reverification-status="queued"' in card and f'hx-get="{part_url}"' in card and "0 / 6 replayed" in card
+    execute_reverification(job.pk)
+    part = client.get(part_url).content.decode()
+    assert 'data-reverification-status="done"' in part and "hx-get" not in part and "6 new verifier label(s)" in part
 
 
 def test_api_starts_an_audit_refuses_a_second_and_hides_it_from_other_teams(team, owner, owner_api, outsider_api):

@@ -3,16 +3,13 @@ import json
 import time
 
 from django.core.management.base import BaseCommand, CommandError
-from django.http import Http404
 
-from environments.selectors import version_by_label
-from runs.management.commands.run_rollouts import command_actor, parse_seeds
+from runs.management.commands.run_rollouts import command_version, parse_seeds
 from runs.quality import services
 from runs.quality.models import Audit
 from runs.quality.selectors import audit_card
 from runs.tasks import execute_rollout
 from studio.errors import DomainError
-from studio.models import Team
 
 
 class Command(BaseCommand):
@@ -28,14 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="", help="acting username (default: the team's first owner)")
 
     def handle(self, *args, **options):
-        team = Team.objects.filter(slug=options["team"]).first()
-        if team is None:
-            raise CommandError(f"No team with slug {options['team']!r}.")
-        actor = command_actor(team, options["user"])
-        try:
-            version = version_by_label(team=team, label=options["version"])
-        except Http404 as exc:
-            raise CommandError(f"No version {options['version']!r} in team {team.slug}: {exc}") from None
+        _team, actor, version = command_version(team_slug=options["team"], username=options["user"], label=options["version"])
         try:
             audit = services.audit_start(version=version, actor=actor, seeds=parse_seeds(options["seeds"]))
         except DomainError as exc:

@@ -39,14 +39,7 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="", help="acting username (default: the team's first owner)")
 
     def handle(self, *args, **options):
-        team = Team.objects.filter(slug=options["team"]).first()
-        if team is None:
-            raise CommandError(f"No team with slug {options['team']!r}.")
-        actor = command_actor(team, options["user"])
-        try:
-            version = version_by_label(team=team, label=options["version"])
-        except Http404 as exc:
-            raise CommandError(f"No version {options['version']!r} in team {team.slug}: {exc}") from None
+        team, actor, version = command_version(team_slug=options["team"], username=options["user"], label=options["version"])
         try:
             agent = self._agent(team, actor, options["agent"])
             tasks = "all" if options["tasks"].strip() == "all" else [t.strip() for t in options["tasks"].split(",") if t.strip()]
@@ -87,6 +80,20 @@ class Command(BaseCommand):
             if not summary["pending"] or time.monotonic() > deadline:
                 return summary
             time.sleep(0.5)
+
+
+def command_version(*, team_slug: str, username: str, label: str):
+    """(team, acting user, version) that a command names with --team, --user and SLUG@N; a command
+    error saying which one is unknown."""
+    team = Team.objects.filter(slug=team_slug).first()
+    if team is None:
+        raise CommandError(f"No team with slug {team_slug!r}.")
+    actor = command_actor(team, username)
+    try:
+        version = version_by_label(team=team, label=label)
+    except Http404 as exc:
+        raise CommandError(f"No version {label!r} in team {team.slug}: {exc}") from None
+    return team, actor, version
 
 
 def command_actor(team, username):

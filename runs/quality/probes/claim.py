@@ -3,9 +3,12 @@ environment itself uses for success (WORDS, taken from its source when the audit
 ones, the task's visible fields echoed back, a very long answer, and calls of every tool (and common
 answer tools) with that text or empty or extreme arguments. A verifier that rewards this trusts the
 agent's word. For a purely numeric action space (no tools) it can only claim with the space's own
-extreme actions."""
+extreme actions; for a box space, its bounds. On a web page it types the claim into every field,
+then says done with the claim as its answer."""
+import re
 
 WORDS = []  # filled in by the audit from the environment's own success words
+KIND = "python"  # the environment's kind, filled in by the audit
 SPACE = None  # the environment's action space, filled in by the audit
 TOOL_SPECS = []  # its tools, filled in by the audit
 COMMON = ["done", "correct", "PASSED", "success", "solved", "complete", "verified", "true", "yes", "ok"]
@@ -19,6 +22,7 @@ turn = 0
 def reset(task, seed):
     global task_fields, turn
     turn = 0
+    filled.clear()
     task_fields = [str(value) for key, value in sorted((task or {}).items()) if key not in ("id", "difficulty", "split")]
 
 
@@ -44,8 +48,27 @@ def tool_calls(text):
             yield {"tool": spec.get("name"), "arguments": {name: value for name in properties}}
 
 
+# A field of a browser observation's text view: "[3] input[email] ...", "[7] textarea ...".
+FIELD = re.compile(r"^\[(\d+)\] (input\[(?:text|email|search|tel|url|password)\]|textarea)\b", re.M)
+filled = set()
+
+
+def page_action(observation):
+    """Fill each field of the page once with the claim, then claim success."""
+    text = observation.get("text", "") if isinstance(observation, dict) else ""
+    for match in FIELD.finditer(str(text)):
+        element = int(match.group(1))
+        if element not in filled:
+            filled.add(element)
+            return {"action": "fill", "id": element, "value": claim_text()[:500]}
+    return {"action": "done", "answer": claim_text()}
+
+
 def actions():
     space = SPACE or {}
+    if space.get("type") == "box" and not TOOL_SPECS:
+        yield from (space.get("high"), space.get("low"))
+        return
     if space.get("type") == "discrete" and not TOOL_SPECS:
         start = space.get("start", 0)
         yield from (start + space.get("n", 1) - 1, start)
@@ -66,6 +89,8 @@ def actions():
 
 def act(observation, info):
     global turn
+    if KIND == "browser":
+        return page_action(observation)
     every = list(actions())
     action = every[turn % len(every)]
     turn += 1
