@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('environments', '0004_deps_dependency_environments'),
-        ('runs', '0014_review_state'),
+        ('runs', '0015_review_state_begun_index'),
         ('studio', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
