@@ -25,9 +25,9 @@ def no_chromium_left_behind():
 
     close_browser_pool()  # the idle pooled browser is meant to outlive a rollout, not the test
     deadline = time.monotonic() + 5.0
-    while sandbox_chromium_pids() and time.monotonic() < deadline:
+    while sandbox_chromium_pids(mine_only=True) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert sandbox_chromium_pids() == [], "a Chromium process of a sandbox uid outlived its rollout"
+    assert sandbox_chromium_pids(mine_only=True) == [], "a Chromium process of a sandbox uid outlived its rollout"
 
 
 @pytest.fixture(autouse=True)
