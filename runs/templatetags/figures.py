@@ -1,5 +1,7 @@
 """How run figures read on a page: one format for a reload and a live update (both render these)."""
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -39,3 +41,12 @@ def signed_percent(ratio) -> str:
 @register.filter
 def signed_reward(value) -> str:
     return "—" if value is None else f"{value:+.3f}"
+
+
+@register.filter
+def code_spans(text) -> str:
+    """A sentence of the studio's own (a quality check's) with its `names` set as code; the rest escaped."""
+    parts = escape(str(text)).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: leave the text as it is
+        return escape(str(text))
+    return mark_safe("".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts)))
