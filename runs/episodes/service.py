@@ -104,6 +104,8 @@ class Episode:
         self.finished = False
         self.artifact_url: str | None = None
         self.lock = threading.Lock()
+        # Set by episode_interrupt (another thread): how the episode ends once its pending call returns.
+        self.interruption: "EpisodeFault | None" = None
 
     @property
     def label(self) -> str:
@@ -200,9 +202,11 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     episode.reset_info = reset_info = getattr(sandbox, "reset_info", None) or {}
     # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
     setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
-    Rollout.objects.filter(pk=rollout.pk).update(
-        initial_observation=arrays_store(rollout_id=rollout.pk, stem="reset", value=observation), reset_info=reset_info,
-    )
+    initial_observation = arrays_store(rollout_id=rollout.pk, stem="reset", value=observation)
+    if setup.reproduction.get("driver") == "worker":
+        episode.writer.set_initial(initial_observation, reset_info)  # stored by the first flush: no round trip of its own
+    else:
+        Rollout.objects.filter(pk=rollout.pk).update(initial_observation=initial_observation, reset_info=reset_info)
     artifact = getattr(sandbox, "last_artifact", None)
     if artifact:
         episode.artifact_url = artifact_url(artifact_store(rollout_id=rollout.pk, index=0, artifact=artifact, stem="reset"))
@@ -222,7 +226,7 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
     try:
         observation, reward, terminated, truncated, info = sandbox.step(action)
     except SandboxError as exc:
-        raise episode_fail(episode=episode, fault=fault_of(episode.label, exc)) from None
+        raise episode_fail(episode=episode, fault=episode.interruption or fault_of(episode.label, exc)) from None
     if reward is None:
         # The runner sends a NaN or infinite reward as null: refuse it rather than store a 0.0 nobody chose.
         raise episode_fail(episode=episode, fault=EpisodeFault(
@@ -274,6 +278,23 @@ def episode_reject_action(*, episode: Episode, action, reason: str, agent_record
     return step
 
 
+def episode_interrupt(*, episode: Episode, fault: EpisodeFault, sandboxes=()) -> None:
+    """End the episode from another thread (a cancel) without waiting for the call it is in: its
+    sandbox (and `sandboxes`, e.g. the agent's) are killed, so a hung step returns at once and the
+    driver ends the episode with `fault`. Sandboxes shared with other episodes are left running."""
+    if episode.finished or episode.interruption is not None:
+        return
+    episode.interruption = fault
+    for sandbox in (episode.sandbox, *sandboxes):
+        interrupt = getattr(sandbox, "interrupt", None)
+        if interrupt is None:
+            continue  # a shared runner process: this episode ends at its next call
+        try:
+            interrupt()
+        except Exception:  # noqa: BLE001 - the driver still ends the episode at its next call
+            logger.exception("interrupting a sandbox of rollout %s failed", episode.rollout.pk)
+
+
 def episode_flush(*, episode: Episode) -> None:
     """Write the episode's buffered steps now (a person's pace: each step's screenshot gets its URL)."""
     episode.writer.flush()
@@ -293,6 +314,9 @@ def episode_finish(*, episode: Episode, end_reason: str = "", timed_out_reason: 
         episode.writer.flush()
         outcome = _outcome(setup, RolloutStatus.ERRORED, end_reason)
         _verify(episode, outcome)
+        if episode.interruption is not None:  # cancelled while verifying
+            fault = episode.interruption
+            outcome = _outcome(setup, fault.status, fault.end_reason, error=fault.reason)
         if timed_out_reason:
             outcome.status, outcome.error = RolloutStatus.TIMED_OUT, timed_out_reason
     except LostOwnership:
@@ -311,7 +335,7 @@ def episode_fail(*, episode: Episode, fault: EpisodeFault) -> EpisodeFault:
         try:
             if fault.end_reason == "timeout":
                 _truncate_last_step(episode)
-            if episode.writer.pending:
+            if episode.writer.unwritten:
                 episode.writer.flush()
         except LostOwnership:
             _close_sandbox(episode)

@@ -709,6 +709,23 @@ class ProcessSandbox:
             except Exception:
                 pass
 
+    def interrupt(self) -> None:
+        """Kill the sandbox's processes from any thread (a cancel): the thread waiting in a call sees
+        the pipe close and raises SandboxCrashed, then tears the sandbox down as usual. Only signals
+        are sent here; pipes, workdir and uid slot stay for the waiting thread to release."""
+        proc = self._proc
+        if proc is None or self._closed or proc.returncode is not None:
+            return  # never signal a reaped pid: it may belong to someone else by now
+        self._killed_by_us = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+
     @property
     def alive(self) -> bool:
         return self._proc is not None and not self._closed and self._proc.poll() is None
