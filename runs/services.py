@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, reset_queries, transaction
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
@@ -28,6 +29,7 @@ from .models import (
     RolloutStatus,
     Run,
     RunStatus,
+    RunTally,
     Step,
 )
 
@@ -266,20 +268,40 @@ def run_cancel(*, run: Run, actor) -> Run:
     return run
 
 
-def _run_update_status(run_id: int) -> None:
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.status in (RunStatus.FINISHED, RunStatus.CANCELLED):
-            return
-        if run.rollouts.exclude(status__in=FINISHED_ROLLOUT_STATUSES).exists():
-            if run.status == RunStatus.QUEUED:
-                run.status = RunStatus.RUNNING
-                run.save(update_fields=["status"])
-                transaction.on_commit(lambda: events.publish_run(run))
-            return
-        run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
-        run.save(update_fields=["status", "finished_at"])
-    transaction.on_commit(lambda: events.publish_run(run))
+_RUN_STARTED_SQL = f"""
+    UPDATE {Run._meta.db_table} SET status = %s WHERE id = %s AND status = %s RETURNING id
+"""
+# A run ends when its tally (kept by a trigger as rollouts change, migration 0011) counts nothing queued
+# or running. No lock: this runs after the rollout's own write committed, so of two rollouts ending
+# together the later check sees both ended.
+_RUN_FINISHED_SQL = f"""
+    UPDATE {Run._meta.db_table} SET status = %s, finished_at = now()
+    WHERE id = %s AND status IN (%s, %s)
+        AND NOT EXISTS (SELECT 1 FROM {RunTally._meta.db_table} WHERE run_id = %s AND (n_queued > 0 OR n_running > 0))
+    RETURNING id
+"""
+
+
+def run_mark_started(*, run_id: int) -> None:
+    """A rollout of a queued run started: the run is running (one statement; no lock once it is)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_STARTED_SQL, [RunStatus.RUNNING, run_id, RunStatus.QUEUED])
+        started = cursor.fetchone() is not None
+    if started:
+        events.publish_run(Run(pk=run_id, status=RunStatus.RUNNING))
+
+
+def run_finish_if_done(*, run_id: int) -> None:
+    """A rollout of the run ended: the run is finished once none is queued or running (one statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_FINISHED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id])
+        finished = cursor.fetchone() is not None
+    if finished:
+        run = Run.objects.get(pk=run_id)
+        # What Run.save() would have told its listeners (the quality app completes an audit's run).
+        post_save.send(sender=Run, instance=run, created=False, update_fields=frozenset({"status", "finished_at"}),
+                       raw=False, using=connection.alias)
+        events.publish_run(run)
 
 
 # -- executing one rollout ------------------------------------------------------------------------
@@ -403,9 +425,33 @@ def rollout_status_changed(rollout: Rollout) -> None:
     """After the transaction commits: publish the rollout's new status and update its run's."""
     def after():
         events.publish_rollout(rollout)
-        _run_update_status(rollout.run_id)
+        if rollout.status == RolloutStatus.RUNNING:
+            run_mark_started(run_id=rollout.run_id)
+        elif rollout.is_finished:
+            run_finish_if_done(run_id=rollout.run_id)
 
     transaction.on_commit(after)
+
+
+def rollout_claim_queued(*, rollout_id: int) -> Rollout | None:
+    """The common claim in one statement: a rollout still queued for its first attempt, of a run not
+    cancelled, whose team is under its cap, becomes running (no row but the rollout's is locked).
+    Returns it loaded for its episode, or None when anything else holds (`_rollout_claim` decides)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rollout_id, run_status FROM runs_rollout_claim(%s, %s, %s, %s)",
+                       [rollout_id, worker_identity(), team_running_cap(), _TEAM_CAP_LOCK])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    rollout = _rollout_for_episode(rollout_id)
+    events.publish_rollout(rollout)
+    if row[1] == RunStatus.QUEUED:
+        run_mark_started(run_id=rollout.run_id)
+    return rollout
+
+
+def _rollout_for_episode(rollout_id: int) -> Rollout:
+    return Rollout.objects.select_related("team", "run__environment_version__environment", "run__agent").get(pk=rollout_id)
 
 
 def rollout_execute(*, rollout_id: int) -> str:
@@ -414,15 +460,17 @@ def rollout_execute(*, rollout_id: int) -> str:
     # With DEBUG on, Django keeps every query (a step batch is a large one) until a request starts;
     # a worker has no requests, so drop them per rollout to keep its memory flat.
     reset_queries()
-    claim = _rollout_claim(rollout_id)
-    if claim.rollout is None:
-        if claim.later_s:
-            # Look again once the owner would have gone stale: never leave it running forever.
-            from .tasks import execute_rollout
+    rollout = rollout_claim_queued(rollout_id=rollout_id)
+    if rollout is None:
+        claim = _rollout_claim(rollout_id)
+        if claim.rollout is None:
+            if claim.later_s:
+                # Look again once the owner would have gone stale: never leave it running forever.
+                from .tasks import execute_rollout
 
-            execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
-        return claim.skip
-    rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(pk=claim.rollout.pk)
+                execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
+            return claim.skip
+        rollout = _rollout_for_episode(claim.rollout.pk)
     from .engine import run_episode
     from .episodes import LostOwnership, rollout_end
 

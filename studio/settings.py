@@ -206,6 +206,11 @@ if DB_POOL_MAX_SIZE:
     if DATABASES["default"]["CONN_MAX_AGE"]:
         raise ImproperlyConfigured("DB_POOL_MAX_SIZE needs DB_CONN_MAX_AGE=0 (the pool keeps the connections)")
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_MAX_SIZE, "timeout": 60}
+# Celery workers keep their connection across tasks (a rollout takes a handful of round trips; opening a
+# connection per task cost as many again), unless a pool keeps it for them. 0: a connection per task.
+WORKER_DB_CONN_MAX_AGE = envint("WORKER_DB_CONN_MAX_AGE", 600)
+if WORKER_DB_CONN_MAX_AGE < 0:
+    raise ImproperlyConfigured("WORKER_DB_CONN_MAX_AGE must be 0 (a connection per task) or more")
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -6,6 +6,7 @@ screenshots, limits, the verifier's own budget and the final state are the same 
 Every function that ends an episode closes its sandbox and writes the rollout's final state (and
 the verifier's first label) itself; a driver only decides when.
 """
+import contextlib
 import dataclasses
 import json
 import logging
@@ -14,7 +15,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from .. import services as run_services
@@ -404,7 +405,8 @@ def _verify(episode: Episode, outcome: EpisodeOutcome) -> None:
 
 
 def _write_final(rollout: Rollout, outcome: EpisodeOutcome) -> Rollout:
-    rollout_finish(rollout=rollout, outcome=outcome)
+    if rollout_finish(rollout=rollout, outcome=outcome):
+        return rollout  # holds what was written
     return Rollout.objects.get(pk=rollout.pk)
 
 
@@ -452,24 +454,48 @@ def rollout_finish(*, rollout: Rollout, outcome: EpisodeOutcome) -> bool:
         return _rollout_finish_write(rollout, fallback)
 
 
+_FINISH_SQL = f"""
+    WITH done AS (
+        UPDATE {Rollout._meta.db_table} SET status = %(status)s, end_reason = %(end_reason)s, error = %(error)s,
+            total_reward = %(total_reward)s, step_count = %(step_count)s, verifier_reward = %(verifier_reward)s,
+            verifier_reason = %(verifier_reason)s, verifier_error = %(verifier_error)s,
+            reproduction = %(reproduction)s::jsonb, finished_at = now(), heartbeat_at = now()
+        WHERE id = %(rollout)s AND attempts = %(attempts)s AND status = %(running)s
+        RETURNING id, team_id, finished_at
+    ), label AS (
+        INSERT INTO {RewardLabel._meta.db_table} (team_id, rollout_id, step_id, source, value, decision, reviewer_id, rationale, created_at)
+        SELECT team_id, id, NULL, %(source)s, %(value)s, %(decision)s, NULL, %(rationale)s, now() FROM done
+        WHERE %(has_label)s
+    )
+    SELECT finished_at FROM done
+"""
+
+
 def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
-    with transaction.atomic():
-        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
-            status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
-            total_reward=outcome.total_reward, step_count=outcome.step_count,
-            verifier_reward=outcome.verifier_reward, verifier_reason=outcome.verifier_reason,
-            verifier_error=outcome.verifier_error, reproduction=outcome.reproduction,
-            finished_at=timezone.now(), heartbeat_at=timezone.now(),
-        )
-        if not updated:
-            return False
-        if outcome.proposed_value is not None:
-            RewardLabel.objects.create(
-                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER,
-                value=outcome.proposed_value, decision=LabelDecision.PROPOSED, rationale=outcome.proposed_rationale,
-            )
-        rollout.refresh_from_db()
-        run_services.rollout_status_changed(rollout)
+    """The outcome and the verifier's first label in one statement (so both or neither are written),
+    fenced by the attempt; the in-memory rollout gets what was written."""
+    error = outcome.error[:10000]
+    # Inside a caller's transaction a savepoint keeps a failed write from spoiling it (the fallback
+    # write must still work); on its own the statement is its own transaction.
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), connection.cursor() as cursor:
+        cursor.execute(_FINISH_SQL, {
+            "status": outcome.status, "end_reason": outcome.end_reason, "error": error,
+            "total_reward": outcome.total_reward, "step_count": outcome.step_count,
+            "verifier_reward": outcome.verifier_reward, "verifier_reason": outcome.verifier_reason,
+            "verifier_error": outcome.verifier_error, "reproduction": json.dumps(outcome.reproduction, default=str),
+            "rollout": rollout.pk, "attempts": rollout.attempts, "running": RolloutStatus.RUNNING,
+            "source": LabelSource.VERIFIER, "value": outcome.proposed_value, "decision": LabelDecision.PROPOSED,
+            "rationale": outcome.proposed_rationale, "has_label": outcome.proposed_value is not None,
+        })
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    rollout.status, rollout.end_reason, rollout.error = outcome.status, outcome.end_reason, error
+    rollout.total_reward, rollout.step_count = outcome.total_reward, outcome.step_count
+    rollout.verifier_reward, rollout.verifier_reason = outcome.verifier_reward, outcome.verifier_reason
+    rollout.verifier_error, rollout.reproduction = outcome.verifier_error, outcome.reproduction
+    rollout.finished_at = rollout.heartbeat_at = row[0]
+    run_services.rollout_status_changed(rollout)
     return True
 
 

@@ -97,7 +97,10 @@ class StepWriter:
             raise
         if row is None:
             raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
-        self.initial = None
+        if initial is not None:
+            self.rollout.initial_observation, self.rollout.reset_info = initial
+            self.initial = None
+        self.rollout.step_count, self.rollout.total_reward = self.step_count, self.total_reward
         self.checked_at, self.run_cancelled = time.monotonic(), row[0] == RunStatus.CANCELLED
         events.publish_steps(self.rollout, steps)
 
