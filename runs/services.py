@@ -228,6 +228,8 @@ def run_create(
 
 
 def _enqueue_on_commit(rollout_ids: list[int]) -> None:
+    if not rollout_ids:
+        return
     from .tasks import execute_rollout
 
     def send():
@@ -291,11 +293,37 @@ def run_mark_started(*, run_id: int) -> None:
         events.publish_run(Run(pk=run_id, status=RunStatus.RUNNING))
 
 
-def run_finish_if_done(*, run_id: int) -> None:
-    """A rollout of the run ended: the run is finished once none is queued or running (one statement)."""
+_TEAM_UNPARK_SQL = "SELECT runs_team_unpark(%s, %s, %s)"
+_ROLLOUT_ENDED_SQL = f"""
+    WITH finished AS ({_RUN_FINISHED_SQL})
+    SELECT (SELECT count(*) FROM finished), ARRAY({_TEAM_UNPARK_SQL})
+"""
+
+
+def team_slots_freed(*, team_id: int) -> list[int]:
+    """The team may run more rollouts now: its parked ones that fit under its cap are enqueued again."""
     with connection.cursor() as cursor:
-        cursor.execute(_RUN_FINISHED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id])
-        finished = cursor.fetchone() is not None
+        cursor.execute(_TEAM_UNPARK_SQL, [team_id, team_running_cap(), _TEAM_CAP_LOCK])
+        unparked = [row[0] for row in cursor.fetchall()]
+    _enqueue_on_commit(unparked)
+    return unparked
+
+
+def teams_unpark_all() -> list[int]:
+    """Every team's parked rollouts that fit under its cap, enqueued (recovery's safety net: a cap
+    raised or turned off, or a worker that died between unparking and enqueueing)."""
+    teams = set(Rollout.objects.filter(parked=True, status=RolloutStatus.QUEUED).values_list("team_id", flat=True))
+    return [rollout_id for team_id in sorted(teams) for rollout_id in team_slots_freed(team_id=team_id)]
+
+
+def run_finish_if_done(*, run_id: int, team_id: int) -> None:
+    """A rollout of the run ended: the run is finished once none is queued or running, and the team's
+    parked rollouts that now fit under its cap are enqueued (one statement for both)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ROLLOUT_ENDED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id,
+                                            team_id, team_running_cap(), _TEAM_CAP_LOCK])
+        finished, unparked = cursor.fetchone()
+    _enqueue_on_commit(unparked)
     if finished:
         run = Run.objects.get(pk=run_id)
         # What Run.save() would have told its listeners (the quality app completes an audit's run).
@@ -346,13 +374,18 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-TEAM_CAP_RETRY_S = 1.0
 _TEAM_CAP_LOCK = 0x7EA1  # pg_advisory_xact_lock(class, team id): claims of one team count one at a time
 
 
 def team_running_cap() -> int:
-    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap)."""
-    return int(getattr(settings, "TEAM_MAX_RUNNING_ROLLOUTS", 0) or 0)
+    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap;
+    "auto": this worker's concurrency minus one, at least 1, so another team always finds a slot)."""
+    value = settings.TEAM_MAX_RUNNING_ROLLOUTS
+    if value == "auto":
+        from studio.celery import worker_slots
+
+        return max(1, worker_slots() - 1)
+    return int(value or 0)
 
 
 def _team_at_cap(team_id: int) -> bool:
@@ -368,8 +401,8 @@ def _team_at_cap(team_id: int) -> bool:
 
 
 class _Claim:
-    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0):
-        self.rollout, self.skip, self.later_s = rollout, skip, later_s
+    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0, parked_team: int | None = None):
+        self.rollout, self.skip, self.later_s, self.parked_team = rollout, skip, later_s, parked_team
 
 
 def _rollout_claim(rollout_id: int) -> _Claim:
@@ -398,11 +431,13 @@ def _rollout_claim(rollout_id: int) -> _Claim:
             )
             return _Claim(skip="too many attempts")
         if rollout.status == RolloutStatus.QUEUED and _team_at_cap(rollout.team_id):
-            # The worker slot goes to the next message (another team's, perhaps); this one comes back later.
-            return _Claim(skip="its team is at its cap of running rollouts", later_s=TEAM_CAP_RETRY_S)
+            # The worker slot goes to the next message (another team's, perhaps); this one is parked
+            # until a rollout of its team ends (no message circles through the broker meanwhile).
+            Rollout.objects.filter(pk=rollout.pk).update(parked=True)
+            return _Claim(skip="its team is at its cap of running rollouts", parked_team=rollout.team_id)
         # Episodes are deterministic by seed: a restarted attempt replays from step 0.
         Step.objects.filter(rollout=rollout).delete()
-        rollout.status = RolloutStatus.RUNNING
+        rollout.status, rollout.parked = RolloutStatus.RUNNING, False
         rollout.attempts += 1
         rollout.worker = worker_identity()
         rollout.heartbeat_at = rollout.started_at = now
@@ -428,7 +463,7 @@ def rollout_status_changed(rollout: Rollout) -> None:
         if rollout.status == RolloutStatus.RUNNING:
             run_mark_started(run_id=rollout.run_id)
         elif rollout.is_finished:
-            run_finish_if_done(run_id=rollout.run_id)
+            run_finish_if_done(run_id=rollout.run_id, team_id=rollout.team_id)
 
     transaction.on_commit(after)
 
@@ -444,9 +479,13 @@ def rollout_claim_queued(*, rollout_id: int) -> Rollout | None:
     if row is None:
         return None
     rollout = _rollout_for_episode(rollout_id)
-    events.publish_rollout(rollout)
-    if row[1] == RunStatus.QUEUED:
-        run_mark_started(run_id=rollout.run_id)
+
+    def after():
+        events.publish_rollout(rollout)
+        if row[1] == RunStatus.QUEUED:
+            run_mark_started(run_id=rollout.run_id)
+
+    transaction.on_commit(after)  # at once, unless a caller's transaction holds the claim
     return rollout
 
 
@@ -463,6 +502,9 @@ def rollout_execute(*, rollout_id: int) -> str:
     rollout = rollout_claim_queued(rollout_id=rollout_id)
     if rollout is None:
         claim = _rollout_claim(rollout_id)
+        if claim.parked_team is not None:
+            # A rollout of the team may have ended between the count and the park: look again.
+            team_slots_freed(team_id=claim.parked_team)
         if claim.rollout is None:
             if claim.later_s:
                 # Look again once the owner would have gone stale: never leave it running forever.
@@ -531,7 +573,7 @@ def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) ->
     Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
     cutoff = timezone.now() - timedelta(seconds=grace_s)
     candidates = set(
-        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff)
+        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff, parked=False)
         .exclude(run__status=RunStatus.CANCELLED)
         .exclude(run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN])
         .values_list("pk", flat=True)

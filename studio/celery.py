@@ -23,6 +23,16 @@ def keep_worker_database_connections() -> None:
         database["CONN_MAX_AGE"] = settings.WORKER_DB_CONN_MAX_AGE
 
 
+_worker_slots: int | None = None
+
+
+def worker_slots() -> int:
+    """How many rollouts this worker runs at once (its concurrency; Celery's default outside a worker)."""
+    return _worker_slots or os.cpu_count() or 1
+
+
 @worker_init.connect
-def _worker_database_connections(**kwargs):
-    keep_worker_database_connections()  # before the pool forks: its processes inherit it
+def _worker_start(sender=None, **kwargs):
+    global _worker_slots
+    _worker_slots = getattr(sender, "concurrency", None)
+    keep_worker_database_connections()  # before the pool forks: its processes inherit both

@@ -268,12 +268,15 @@ if SANDBOX_BACKEND not in ("process", "docker"):
 # Start untrusted code in a sandbox that lacks an isolation layer this host refuses (bubblewrap view,
 # cgroup, disk quota, uid switch)? Off: such a sandbox is refused and the rollout says which layer.
 SANDBOX_ALLOW_WEAK = envbool("SANDBOX_ALLOW_WEAK", False)
-# Fair shares: one team runs at most this many worker rollouts at once; the rest wait (re-queued with a
-# short countdown) while other teams' rollouts take the free worker slots. 0: no cap (set it below the
-# workers' total concurrency so that one team's hung rollouts cannot hold every slot).
-TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
-if TEAM_MAX_RUNNING_ROLLOUTS < 0:
-    raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be 0 (no cap) or more")
+# Fair shares: one team runs at most this many worker rollouts at once; the rest wait (parked, sent
+# again as the team's rollouts end) while other teams' rollouts take the free worker slots, so one team's
+# hung rollouts never hold every slot. "auto" (the default): a worker's concurrency minus one, at least 1
+# (with several workers, set a number below their total concurrency). 0: no cap.
+TEAM_MAX_RUNNING_ROLLOUTS = envstr("TEAM_MAX_RUNNING_ROLLOUTS", "auto")
+if TEAM_MAX_RUNNING_ROLLOUTS != "auto":
+    TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
+    if TEAM_MAX_RUNNING_ROLLOUTS < 0:
+        raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be auto, 0 (no cap) or more")
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")

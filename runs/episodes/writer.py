@@ -282,7 +282,9 @@ class Heartbeat:
         if row is not None:
             return row[0] == RunStatus.CANCELLED
         status = Rollout.objects.filter(pk=self.rollout_id).values_list("status", flat=True).first()
-        return status in (None, RolloutStatus.CANCELLED)  # otherwise another attempt owns it: the writer stops
+        # Not found (deleted, or not visible to this thread's connection) or another attempt's: the
+        # writer finds out at its next flush.
+        return status == RolloutStatus.CANCELLED
 
     def _cancel(self):
         on_cancel, self.on_cancel = self.on_cancel, None
