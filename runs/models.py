@@ -132,6 +132,9 @@ class Rollout(models.Model):
     # rollout of the team to end sends it again (runs.services.team_slots_freed), so a capped team's
     # backlog never circles through the broker while other teams wait.
     parked = models.BooleanField(default=False)
+    # What its steps and reset observation take in the database (their JSON, written by the worker's
+    # flushes): the rollouts' part of a team's stored bytes (studio/storage_quota.py).
+    stored_bytes = models.BigIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns")

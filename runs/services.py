@@ -17,6 +17,7 @@ from django.utils import timezone
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
 from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
+from studio.storage_quota import storage_quota_check
 
 from . import events
 from .agents import code_hash
@@ -193,6 +194,7 @@ def run_create(
         raise InvalidRun("That agent belongs to another team.", field="agent")
     if agent.kind not in RUNNABLE_AGENT_KINDS:
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
+    storage_quota_check(team_id=team.pk, what="New run")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
     tasks = _selected_tasks(version, task_ids, difficulties)
     seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
@@ -595,6 +597,7 @@ def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) ->
 def rollout_rerun(*, rollout: Rollout, actor) -> Rollout:
     """The same version, task, seed and agent again, as a one-rollout run linked through `rerun_of`."""
     source_run = rollout.run
+    storage_quota_check(team_id=rollout.team_id, what="Rerun")
     with transaction.atomic():
         run = Run.objects.create(
             team_id=rollout.team_id, environment_version_id=source_run.environment_version_id,

@@ -277,6 +277,11 @@ if TEAM_MAX_RUNNING_ROLLOUTS != "auto":
     TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
     if TEAM_MAX_RUNNING_ROLLOUTS < 0:
         raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be auto, 0 (no cap) or more")
+# What one team may store (environment versions' files, rollouts' steps), in MB: over it, new runs and
+# new versions are refused with the reason until the team deletes some. 0: no quota.
+TEAM_STORAGE_QUOTA_MB = envint("TEAM_STORAGE_QUOTA_MB", 10240)
+if TEAM_STORAGE_QUOTA_MB < 0:
+    raise ImproperlyConfigured("TEAM_STORAGE_QUOTA_MB must be 0 (no quota) or more")
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")

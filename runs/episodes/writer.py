@@ -48,6 +48,8 @@ class StepWriter:
         # As of the last flush that reached the database (monotonic time): was the run cancelled?
         self.checked_at = float("-inf")
         self.run_cancelled = False
+        # The JSON this writer stored (characters, ~bytes): counted against the team's storage quota.
+        self.stored_bytes = 0
 
     def set_initial(self, observation, reset_info: dict) -> None:
         self.initial = (observation, reset_info)
@@ -82,19 +84,23 @@ class StepWriter:
         initial = self.initial
         try:
             artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
+            documents = {
+                "initial_observation": _json_document(initial[0]) if initial else None,
+                "reset_info": _json_document(initial[1]) if initial else None,
+                "steps": _steps_document(steps),
+            }
+            stored_bytes = self.stored_bytes + sum(len(document) for document in documents.values() if document)
             with connection.cursor() as cursor:
                 cursor.execute(_FLUSH_SQL, {
                     "rollout": self.rollout.pk, "attempts": self.attempt, "running": RolloutStatus.RUNNING,
                     "step_count": self.step_count, "total_reward": self.total_reward,
-                    "has_initial": initial is not None,
-                    "initial_observation": _json_document(initial[0]) if initial else None,
-                    "reset_info": _json_document(initial[1]) if initial else None,
-                    "steps": _steps_document(steps),
+                    "has_initial": initial is not None, "stored_bytes": stored_bytes, **documents,
                 })
                 row = cursor.fetchone()
         except Exception:
             self.give_back(steps)  # not written (or not counted): the next flush writes them again, once
             raise
+        self.stored_bytes = stored_bytes
         if row is None:
             raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
         if initial is not None:
@@ -114,7 +120,7 @@ _STEP_COLUMNS = """
 _FLUSH_SQL = f"""
     WITH owner AS (
         UPDATE {Rollout._meta.db_table} AS r SET step_count = %(step_count)s, total_reward = %(total_reward)s,
-            heartbeat_at = now(),
+            heartbeat_at = now(), stored_bytes = %(stored_bytes)s,
             initial_observation = CASE WHEN %(has_initial)s THEN %(initial_observation)s::json ELSE r.initial_observation END,
             reset_info = CASE WHEN %(has_initial)s THEN %(reset_info)s::json ELSE r.reset_info END
         FROM {Run._meta.db_table} AS run

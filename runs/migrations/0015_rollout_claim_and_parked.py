@@ -75,6 +75,11 @@ class Migration(migrations.Migration):
             name="parked",
             field=models.BooleanField(default=False),
         ),
+        migrations.AddField(
+            model_name="rollout",
+            name="stored_bytes",
+            field=models.BigIntegerField(default=0),
+        ),
         migrations.AddIndex(
             model_name="rollout",
             index=models.Index(condition=models.Q(("parked", True), ("status", "queued")), fields=["team", "id"], name="rollout_parked"),
