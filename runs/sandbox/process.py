@@ -716,6 +716,12 @@ class ProcessSandbox:
         proc = self._proc
         if proc is None or self._closed or proc.returncode is not None:
             return  # never signal a reaped pid: it may belong to someone else by now
+        self._signal_kill(proc)
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+
+    def _signal_kill(self, proc) -> None:
+        """SIGKILL the process group and the cgroup (the whole tree, wherever it forked to)."""
         self._killed_by_us = True
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -723,8 +729,6 @@ class ProcessSandbox:
             pass
         if self.cgroup is not None:
             self.cgroup.kill()
-        if self.uid_switched and self.uid is not None:
-            kill_uid_processes(self.uid)
 
     @property
     def alive(self) -> bool:
@@ -969,14 +973,8 @@ class ProcessSandbox:
         proc = self._proc
         if proc is None:
             return
-        self._killed_by_us = True
         self._dead = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.cgroup is not None:
-            self.cgroup.kill()
+        self._signal_kill(proc)
         try:
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
