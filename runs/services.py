@@ -23,7 +23,6 @@ from . import events
 from .agents import code_hash
 from .episodes.setup import RUN_LIMIT_KEYS
 from .models import (
-    FINISHED_ROLLOUT_STATUSES,
     Agent,
     AgentKind,
     Rollout,

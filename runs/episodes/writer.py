@@ -9,7 +9,6 @@ import threading
 import time
 
 from django.db import close_old_connections, connection
-from django.utils import timezone
 
 from .. import events
 from ..artifacts import artifacts_store_for_steps
