@@ -4,7 +4,7 @@ beside them; the capped team's backlog waits parked, not circling through the br
 import pytest
 
 from runs import services
-from runs.models import Rollout, RolloutStatus
+from runs.models import RolloutStatus
 from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
 from tests.runs.rollout_factories import package_version, random_agent
 
@@ -47,6 +47,10 @@ def test_one_teams_hung_rollouts_do_not_block_another_teams_run(team, owner, oth
     # Without the cap both worker slots hold hung rollouts (for 600 s): the quick run could not start.
     wait_for(quick_done, 60, "the other team's run to finish beside the hung rollouts")
     assert peak_hung_running <= 1
+    # The quick team is capped too: each of its rollouts waited parked until the one before it ended.
+    assert sorted(quick.rollouts.values_list("attempts", flat=True)) == [1, 1, 1]
+    assert not quick.rollouts.filter(parked=True).exists()
+    wait_for(lambda: quick.__class__.objects.get(pk=quick.pk).status == "finished", 10, "the quick run to finish")
     assert hung.rollouts.filter(status=RolloutStatus.RUNNING).count() == 1
     waiting = hung.rollouts.filter(status=RolloutStatus.QUEUED)
     assert waiting.count() == 2 and all(waiting.values_list("parked", flat=True))  # parked: no message circling
@@ -54,14 +58,3 @@ def test_one_teams_hung_rollouts_do_not_block_another_teams_run(team, owner, oth
     services.run_cancel(run=hung, actor=owner)  # the hung step is killed at once
     wait_for(lambda: not hung.rollouts.exclude(status=RolloutStatus.CANCELLED).exists(), 10, "the hung run to be cancelled")
 
-
-def test_a_parked_rollout_runs_when_its_teams_rollout_ends(team, owner, celery_queue, request, settings):
-    """One team alone still gets all its rollouts run, one slot at a time, each started by the end of
-    the one before (no countdown, no polling)."""
-    version = package_version(team, owner, "quick", ENV_PY.format(sleep=0))
-    run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), seeds=list(range(4)))
-    request.getfixturevalue("celery_worker")
-    wait_for(lambda: not run.rollouts.exclude(status=RolloutStatus.SUCCEEDED).exists(), 60, "every rollout to succeed")
-    assert sorted(run.rollouts.values_list("attempts", flat=True)) == [1, 1, 1, 1]
-    assert not Rollout.objects.filter(parked=True).exists()
-    wait_for(lambda: run.__class__.objects.get(pk=run.pk).status == "finished", 10, "the run to finish")
