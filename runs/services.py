@@ -241,7 +241,8 @@ def _enqueue_on_commit(rollout_ids: list[int]) -> None:
 
 
 def run_cancel(*, run: Run, actor) -> Run:
-    """Queued rollouts become cancelled and never start; running ones stop at their next check (~0.5 s).
+    """Queued rollouts become cancelled and never start; running ones stop within ~0.5 s: their worker's
+    heartbeat thread sees the cancel and kills the sandboxes, so even a step that hangs ends at once.
 
     Only rollouts still queued when the update reaches them are cancelled: a worker that claimed one
     a moment before (it holds the rollout's row lock, never the run's) keeps it, and stops it at its
