@@ -1,6 +1,10 @@
 """Rollout pipeline speed and memory: steps/s of a trivial env through the whole worker path (sandbox
-IPC, agent, batched step writes, live publish) vs the same env in a bare loop; worker RSS across
-consecutive rollouts.
+IPC, agent, batched step writes, live publish) vs the same env in a bare loop, with the database round
+trips a rollout costs the worker (statements, BEGIN/COMMIT pairs and new connections, as a Celery
+worker runs it: connections kept across tasks); worker RSS across consecutive rollouts.
+
+Before issue 16's worker bookkeeping (claim with SELECT FOR UPDATE, run-row lock per status change, a
+connection per task, the reset observation written apart) a 100-step rollout took 30-32 round trips.
 
     .venv/bin/python bench/bench_pipeline.py [--steps 20000] [--rollouts 30] [--rollout-steps 2000]
 
@@ -25,6 +29,8 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.db import close_old_connections  # noqa: E402
+
 from environments import services as env_services  # noqa: E402
 from environments.models import Environment  # noqa: E402
 from runs import services  # noqa: E402
@@ -32,6 +38,9 @@ from runs.models import Agent, Run  # noqa: E402
 from runs.sandbox import ProcessSandbox, SandboxLimits  # noqa: E402
 from runs.sandbox.process import SDK_PATH  # noqa: E402
 from runs.tasks import execute_rollout  # noqa: E402
+from studio.celery import keep_worker_database_connections  # noqa: E402
+
+from bench_support import DatabaseRoundTrips  # noqa: E402
 from studio.models import Team  # noqa: E402
 
 TRIVIAL_ENV = """
@@ -115,20 +124,26 @@ def sandbox_only(steps: int) -> float:
 
 
 def whole_path(team, version, kind: str, steps: int, profile: bool = False):
+    """One rollout through the Celery task's body, as a worker runs it (Celery's Django fix-up closes
+    old connections around each task); returns (steps/s, seconds, profiler, database round trips)."""
     run = services.run_create(team=team, actor=None, version=version, agent=agent(team, kind), seeds=[0],
                               limits={"max_steps": steps}, enqueue=False)
     rollout_id = run.rollouts.get().pk
     profiler = cProfile.Profile() if profile else None
-    started = time.perf_counter()
-    if profiler:
-        profiler.enable()
-    execute_rollout(rollout_id)
-    if profiler:
-        profiler.disable()
-    elapsed = time.perf_counter() - started
+    close_old_connections()
+    with DatabaseRoundTrips() as trips:
+        started = time.perf_counter()
+        close_old_connections()
+        if profiler:
+            profiler.enable()
+        execute_rollout(rollout_id)
+        if profiler:
+            profiler.disable()
+        close_old_connections()
+        elapsed = time.perf_counter() - started
     rollout = run.rollouts.get()
     assert rollout.step_count == steps, (rollout.status, rollout.error)
-    return steps / elapsed, elapsed, profiler
+    return steps / elapsed, elapsed, profiler, trips.round_trips
 
 
 def main():
@@ -137,10 +152,14 @@ def main():
     parser.add_argument("--rollouts", type=int, default=30)
     parser.add_argument("--rollout-steps", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3, help="episodes per path; the median is shown")
+    parser.add_argument("--short-steps", type=int, default=100, help="steps of the rollouts whose round trips are counted")
+    parser.add_argument("--short-rollouts", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print the top of a cProfile of one random rollout")
     args = parser.parse_args()
 
     team, version = bench_version(max_steps=max(args.steps, args.rollout_steps))
+    keep_worker_database_connections()  # what a Celery worker does at start
+
     def median(measure):
         return statistics.median(measure() for _ in range(args.repeat))
 
@@ -148,17 +167,25 @@ def main():
     ipc = median(lambda: sandbox_only(args.steps))
     rows = [("bare Python loop", bare, None), ("sandbox IPC only (no DB, no agent)", ipc, None)]
     for kind in ("random", "scripted"):
-        rate = median(lambda: whole_path(team, version, kind, args.steps)[0])
-        rows.append((f"whole path, {kind} agent (incl. sandbox start, verify)", rate, None))
+        results = [whole_path(team, version, kind, args.steps) for _ in range(args.repeat)]
+        rows.append((f"whole path, {kind} agent (incl. sandbox start, verify)", statistics.median(r[0] for r in results),
+                     statistics.median(r[3] for r in results)))
 
     print(f"\nsteps/s, trivial env, {args.steps} steps per episode, median of {args.repeat}")
-    print(f"{'path':<58}{'steps/s':>12}{'vs bare':>12}")
-    for name, rate, _elapsed in rows:
-        print(f"{name:<58}{rate:>12,.0f}{bare / rate:>11.0f}x")
+    print(f"{'path':<58}{'steps/s':>12}{'vs bare':>12}{'DB round trips':>16}")
+    for name, rate, trips in rows:
+        print(f"{name:<58}{rate:>12,.0f}{bare / rate:>11.0f}x{'' if trips is None else f'{trips:>16.0f}':>16}")
     random_rate, scripted_rate = rows[2][1], rows[3][1]
     print(f"targets: random agent >= 20,000 steps/s per worker: {'met' if random_rate >= 20000 else 'MISSED'}"
           f" ({random_rate / ipc:.2f}x the sandbox IPC alone); scripted within 1.5x of random:"
           f" {random_rate / scripted_rate:.2f}x {'met' if random_rate / scripted_rate <= 1.5 else 'MISSED'}")
+
+    # The worker's bookkeeping per rollout: short rollouts, where it weighs most.
+    short = [whole_path(team, version, "random", args.short_steps) for _ in range(args.short_rollouts)]
+    trips = statistics.median(result[3] for result in short)
+    wall_ms = statistics.median(result[1] for result in short) * 1000
+    print(f"\n{args.short_steps}-step rollouts, median of {args.short_rollouts}: {trips:.0f} database round trips per"
+          f" rollout (was 30-32 before issue 16), {wall_ms:.0f} ms wall per rollout incl. sandbox start")
 
     # Memory: the worker process across consecutive rollouts.
     samples = []
@@ -172,7 +199,7 @@ def main():
           f" -> {growth:+.1f}% after warm-up ({'flat within 10%' if abs(growth) <= 10 else 'NOT flat'})")
 
     if args.profile:
-        _, _, profiler = whole_path(team, version, "random", args.steps, profile=True)
+        _, _, profiler, _ = whole_path(team, version, "random", args.steps, profile=True)
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
         print(out.getvalue())

@@ -7,6 +7,7 @@ from django.db.models import F, Max
 
 from studio.errors import Conflict, DomainError
 from studio.slugs import slug_from
+from studio.storage_quota import storage_quota_check
 
 from . import package
 from .dependencies import services as dependency_services
@@ -237,6 +238,7 @@ def version_commit(*, environment, actor, message: str, files=None, expected_rev
         raise InvalidInput("A version needs a message saying what changed.", field="message")
     if len(message) > 500:
         raise InvalidInput("Message is longer than 500 characters.", field="message")
+    storage_quota_check(team_id=environment.team_id, what="New version")
     checked = _entrypoint_checked_before_commit(environment=environment, files=files)
     with transaction.atomic():
         env = Environment.objects.select_for_update().get(pk=environment.pk)

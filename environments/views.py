@@ -176,8 +176,8 @@ def version_commit(request, slug):
             {"error": "The draft changed since you opened it (someone saved meanwhile). Reload to see it, then commit.", "env": env},
             status=409,
         )
-    except services.InvalidInput as exc:
-        return render(request, "environments/_commit_result.html", {"error": exc.message, "env": env}, status=400)
+    except services.DomainError as exc:  # bad input, the team's storage quota
+        return render(request, "environments/_commit_result.html", {"error": exc.message, "env": env}, status=exc.status)
     messages.success(request, f"Committed {version.label}: {version.message}")
     return _hx_redirect(request, reverse("environments:version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number}))
 
@@ -285,7 +285,7 @@ def package_upload(request):
             )
         except services.InvalidVersion as exc:
             problems = exc.problems
-        except services.InvalidInput as exc:
+        except services.DomainError as exc:  # bad input, the team's storage quota
             form.add_error("file", exc.message)
         else:
             messages.success(request, f"Imported {version.label}.")

@@ -13,6 +13,7 @@ from .episodes import (
     Heartbeat,
     episode_fail,
     episode_finish,
+    episode_interrupt,
     episode_reject_action,
     episode_setup,
     episode_start,
@@ -30,14 +31,18 @@ CANCEL_CHECK_EVERY_S = 0.5
 
 
 class CancelCheck:
-    """Re-reads the rollout's and its run's status at most every CANCEL_CHECK_EVERY_S."""
+    """Whether the rollout or its run was cancelled: what the writer's last flush read (every flush
+    reads the run's status), or, when no flush reached the database for CANCEL_CHECK_EVERY_S, a query."""
 
-    def __init__(self, rollout: Rollout):
+    def __init__(self, rollout: Rollout, writer):
         self.rollout_id = rollout.pk
+        self.writer = writer
         self.last = time.monotonic()
 
     def cancelled(self, force: bool = False) -> bool:
         now = time.monotonic()
+        if now - self.writer.checked_at < CANCEL_CHECK_EVERY_S:
+            return self.writer.run_cancelled
         if not force and now - self.last < CANCEL_CHECK_EVERY_S:
             return False
         self.last = now
@@ -55,13 +60,13 @@ def run_episode(rollout: Rollout) -> str:
     LostOwnership if another worker took the rollout over."""
     setup = episode_setup(rollout=rollout, driver="worker")
     try:
-        with Heartbeat(rollout):
-            return _drive(setup)
+        with Heartbeat(rollout) as heartbeat:
+            return _drive(setup, heartbeat)
     except EpisodeFault as fault:
         return fault.status
 
 
-def _drive(setup) -> str:
+def _drive(setup, heartbeat: Heartbeat) -> str:
     rollout = setup.rollout
     try:
         policy = policy_for(rollout.run.agent, seed=setup.seed, manifest=setup.version.manifest)
@@ -70,30 +75,35 @@ def _drive(setup) -> str:
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
         return RolloutStatus.ERRORED
     try:
-        return _drive_with(setup, policy)
+        return _drive_with(setup, policy, heartbeat)
     finally:
         policy.close()
 
 
-def _drive_with(setup, policy) -> str:
+def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
     rollout = setup.rollout
     episode = episode_start(setup=setup)
+    heartbeat.writer = episode.writer
+    agent_sandbox = getattr(policy, "sandbox", None)
+    # A cancel seen while a call hangs (a step that sleeps) kills the sandboxes: the call returns at once.
+    heartbeat.on_cancel = lambda: episode_interrupt(
+        episode=episode, fault=_cancelled(), sandboxes=[agent_sandbox] if agent_sandbox is not None else [])
     try:
         policy.start(env=episode.sandbox, task=setup.agent_task, seed=setup.seed, limits=setup.sandbox_limits)
     except SandboxError as exc:
-        raise episode_fail(episode=episode, fault=fault_of("agent.py", exc)) from None
+        raise episode_fail(episode=episode, fault=episode.interruption or fault_of("agent.py", exc)) from None
     except AgentFailed as exc:
         raise episode_fail(episode=episode, fault=EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
     finally:
         if policy.facts:
             setup.reproduction["agent_sandbox"] = public_facts(policy.facts)
-    writer, cancel = episode.writer, CancelCheck(rollout)
+    writer, cancel = episode.writer, CancelCheck(rollout, episode.writer)
     deadline = time.monotonic() + setup.sandbox_limits.episode_timeout_s
     end_reason = "max_steps"
     while not episode.done:
         if writer.due():
             writer.flush()
-        if cancel.cancelled():
+        if episode.interruption is not None or cancel.cancelled():
             raise episode_fail(episode=episode, fault=_cancelled())
         if time.monotonic() > deadline:
             raise episode_fail(episode=episode, fault=EpisodeFault(
@@ -104,9 +114,9 @@ def _drive_with(setup, policy) -> str:
         try:
             action = policy.act(episode.observation, episode.info)
         except SandboxError as exc:
-            raise episode_fail(episode=episode, fault=fault_of("agent.py", exc)) from None
+            raise episode_fail(episode=episode, fault=episode.interruption or fault_of("agent.py", exc)) from None
         except AgentFailed as exc:
-            raise episode_fail(episode=episode, fault=EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
+            raise episode_fail(episode=episode, fault=episode.interruption or EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
         except AgentStepError as exc:
             episode_reject_action(episode=episode, action=exc.action, reason=exc.reason, agent_record=_record(policy))
             if writer.step_count >= setup.max_steps:
@@ -120,7 +130,7 @@ def _drive_with(setup, policy) -> str:
             break
         episode_step(episode=episode, action=action, agent_record=_record(policy))
     writer.flush()
-    if cancel.cancelled(force=True):
+    if episode.interruption is not None or cancel.cancelled(force=True):
         raise episode_fail(episode=episode, fault=_cancelled())
     return episode_finish(episode=episode, end_reason=end_reason).status
 

@@ -98,7 +98,10 @@ def rollout_row_html(rollout) -> str:
 
     from studio.models import Team
 
-    team_slug = Team.objects.values_list("slug", flat=True).get(pk=rollout.team_id)
+    if type(rollout).team.is_cached(rollout):  # a worker loads its rollout with its team: no query per status
+        team_slug = rollout.team.slug
+    else:
+        team_slug = Team.objects.values_list("slug", flat=True).get(pk=rollout.team_id)
     return render_to_string("runs/_rollout_row.html", {"r": rollout, "team_slug": team_slug})
 
 

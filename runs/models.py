@@ -128,6 +128,13 @@ class Rollout(models.Model):
     # Why the episode stopped: terminated, truncated, max_steps, cancelled, timeout, error.
     end_reason = models.CharField(max_length=16, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
+    # Queued, but its message was dropped because its team was at TEAM_MAX_RUNNING_ROLLOUTS: the next
+    # rollout of the team to end sends it again (runs.services.team_slots_freed), so a capped team's
+    # backlog never circles through the broker while other teams wait.
+    parked = models.BooleanField(default=False)
+    # What its steps and reset observation take in the database (their JSON, written by the worker's
+    # flushes): the rollouts' part of a team's stored bytes (studio/storage_quota.py).
+    stored_bytes = models.BigIntegerField(default=0)
     worker = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     rerun_of = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="reruns")
@@ -141,6 +148,7 @@ class Rollout(models.Model):
             models.Index(fields=["run", "status"]),
             models.Index(fields=["team", "status"]),
             models.Index(fields=["run", "finished_at", "id"], name="rollout_run_finished"),  # the chart's latest points
+            models.Index(fields=["team", "id"], name="rollout_parked", condition=models.Q(parked=True, status="queued")),
         ]
 
     def __str__(self):

@@ -11,23 +11,25 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, reset_queries, transaction
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
 from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
+from studio.storage_quota import storage_quota_check
 
 from . import events
 from .agents import code_hash
 from .episodes.setup import RUN_LIMIT_KEYS
 from .models import (
-    FINISHED_ROLLOUT_STATUSES,
     Agent,
     AgentKind,
     Rollout,
     RolloutStatus,
     Run,
     RunStatus,
+    RunTally,
     Step,
 )
 
@@ -191,6 +193,7 @@ def run_create(
         raise InvalidRun("That agent belongs to another team.", field="agent")
     if agent.kind not in RUNNABLE_AGENT_KINDS:
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
+    storage_quota_check(team_id=team.pk, what="New run")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
     tasks = _selected_tasks(version, task_ids, difficulties)
     seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
@@ -226,6 +229,8 @@ def run_create(
 
 
 def _enqueue_on_commit(rollout_ids: list[int]) -> None:
+    if not rollout_ids:
+        return
     from .tasks import execute_rollout
 
     def send():
@@ -236,7 +241,8 @@ def _enqueue_on_commit(rollout_ids: list[int]) -> None:
 
 
 def run_cancel(*, run: Run, actor) -> Run:
-    """Queued rollouts become cancelled and never start; running ones stop at their next check (~0.5 s).
+    """Queued rollouts become cancelled and never start; running ones stop within ~0.5 s: their worker's
+    heartbeat thread sees the cancel and kills the sandboxes, so even a step that hangs ends at once.
 
     Only rollouts still queued when the update reaches them are cancelled: a worker that claimed one
     a moment before (it holds the rollout's row lock, never the run's) keeps it, and stops it at its
@@ -266,20 +272,66 @@ def run_cancel(*, run: Run, actor) -> Run:
     return run
 
 
-def _run_update_status(run_id: int) -> None:
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
-        if run.status in (RunStatus.FINISHED, RunStatus.CANCELLED):
-            return
-        if run.rollouts.exclude(status__in=FINISHED_ROLLOUT_STATUSES).exists():
-            if run.status == RunStatus.QUEUED:
-                run.status = RunStatus.RUNNING
-                run.save(update_fields=["status"])
-                transaction.on_commit(lambda: events.publish_run(run))
-            return
-        run.status, run.finished_at = RunStatus.FINISHED, timezone.now()
-        run.save(update_fields=["status", "finished_at"])
-    transaction.on_commit(lambda: events.publish_run(run))
+_RUN_STARTED_SQL = f"""
+    UPDATE {Run._meta.db_table} SET status = %s WHERE id = %s AND status = %s RETURNING id
+"""
+# A run ends when its tally (kept by a trigger as rollouts change, migration 0011) counts nothing queued
+# or running. No lock: this runs after the rollout's own write committed, so of two rollouts ending
+# together the later check sees both ended.
+_RUN_FINISHED_SQL = f"""
+    UPDATE {Run._meta.db_table} SET status = %s, finished_at = now()
+    WHERE id = %s AND status IN (%s, %s)
+        AND NOT EXISTS (SELECT 1 FROM {RunTally._meta.db_table} WHERE run_id = %s AND (n_queued > 0 OR n_running > 0))
+    RETURNING id
+"""
+
+
+def run_mark_started(*, run_id: int) -> None:
+    """A rollout of a queued run started: the run is running (one statement; no lock once it is)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_STARTED_SQL, [RunStatus.RUNNING, run_id, RunStatus.QUEUED])
+        started = cursor.fetchone() is not None
+    if started:
+        events.publish_run(Run(pk=run_id, status=RunStatus.RUNNING))
+
+
+_TEAM_UNPARK_SQL = "SELECT runs_team_unpark(%s, %s, %s)"
+_ROLLOUT_ENDED_SQL = f"""
+    WITH finished AS ({_RUN_FINISHED_SQL})
+    SELECT (SELECT count(*) FROM finished), ARRAY({_TEAM_UNPARK_SQL})
+"""
+
+
+def team_slots_freed(*, team_id: int) -> list[int]:
+    """The team may run more rollouts now: its parked ones that fit under its cap are enqueued again."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TEAM_UNPARK_SQL, [team_id, team_running_cap(), _TEAM_CAP_LOCK])
+        unparked = [row[0] for row in cursor.fetchall()]
+    _enqueue_on_commit(unparked)
+    return unparked
+
+
+def teams_unpark_all() -> list[int]:
+    """Every team's parked rollouts that fit under its cap, enqueued (recovery's safety net: a cap
+    raised or turned off, or a worker that died between unparking and enqueueing)."""
+    teams = set(Rollout.objects.filter(parked=True, status=RolloutStatus.QUEUED).values_list("team_id", flat=True))
+    return [rollout_id for team_id in sorted(teams) for rollout_id in team_slots_freed(team_id=team_id)]
+
+
+def run_finish_if_done(*, run_id: int, team_id: int) -> None:
+    """A rollout of the run ended: the run is finished once none is queued or running, and the team's
+    parked rollouts that now fit under its cap are enqueued (one statement for both)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_ROLLOUT_ENDED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id,
+                                            team_id, team_running_cap(), _TEAM_CAP_LOCK])
+        finished, unparked = cursor.fetchone()
+    _enqueue_on_commit(unparked)
+    if finished:
+        run = Run.objects.get(pk=run_id)
+        # What Run.save() would have told its listeners (the quality app completes an audit's run).
+        post_save.send(sender=Run, instance=run, created=False, update_fields=frozenset({"status", "finished_at"}),
+                       raw=False, using=connection.alias)
+        events.publish_run(run)
 
 
 # -- executing one rollout ------------------------------------------------------------------------
@@ -324,13 +376,18 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-TEAM_CAP_RETRY_S = 1.0
 _TEAM_CAP_LOCK = 0x7EA1  # pg_advisory_xact_lock(class, team id): claims of one team count one at a time
 
 
 def team_running_cap() -> int:
-    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap)."""
-    return int(getattr(settings, "TEAM_MAX_RUNNING_ROLLOUTS", 0) or 0)
+    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap;
+    "auto": this worker's concurrency minus one, at least 1, so another team always finds a slot)."""
+    value = settings.TEAM_MAX_RUNNING_ROLLOUTS
+    if value == "auto":
+        from studio.celery import worker_slots
+
+        return max(1, worker_slots() - 1)
+    return int(value or 0)
 
 
 def _team_at_cap(team_id: int) -> bool:
@@ -346,8 +403,8 @@ def _team_at_cap(team_id: int) -> bool:
 
 
 class _Claim:
-    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0):
-        self.rollout, self.skip, self.later_s = rollout, skip, later_s
+    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0, parked_team: int | None = None):
+        self.rollout, self.skip, self.later_s, self.parked_team = rollout, skip, later_s, parked_team
 
 
 def _rollout_claim(rollout_id: int) -> _Claim:
@@ -376,11 +433,13 @@ def _rollout_claim(rollout_id: int) -> _Claim:
             )
             return _Claim(skip="too many attempts")
         if rollout.status == RolloutStatus.QUEUED and _team_at_cap(rollout.team_id):
-            # The worker slot goes to the next message (another team's, perhaps); this one comes back later.
-            return _Claim(skip="its team is at its cap of running rollouts", later_s=TEAM_CAP_RETRY_S)
+            # The worker slot goes to the next message (another team's, perhaps); this one is parked
+            # until a rollout of its team ends (no message circles through the broker meanwhile).
+            Rollout.objects.filter(pk=rollout.pk).update(parked=True)
+            return _Claim(skip="its team is at its cap of running rollouts", parked_team=rollout.team_id)
         # Episodes are deterministic by seed: a restarted attempt replays from step 0.
         Step.objects.filter(rollout=rollout).delete()
-        rollout.status = RolloutStatus.RUNNING
+        rollout.status, rollout.parked = RolloutStatus.RUNNING, False
         rollout.attempts += 1
         rollout.worker = worker_identity()
         rollout.heartbeat_at = rollout.started_at = now
@@ -403,9 +462,37 @@ def rollout_status_changed(rollout: Rollout) -> None:
     """After the transaction commits: publish the rollout's new status and update its run's."""
     def after():
         events.publish_rollout(rollout)
-        _run_update_status(rollout.run_id)
+        if rollout.status == RolloutStatus.RUNNING:
+            run_mark_started(run_id=rollout.run_id)
+        elif rollout.is_finished:
+            run_finish_if_done(run_id=rollout.run_id, team_id=rollout.team_id)
 
     transaction.on_commit(after)
+
+
+def rollout_claim_queued(*, rollout_id: int) -> Rollout | None:
+    """The common claim in one statement: a rollout still queued for its first attempt, of a run not
+    cancelled, whose team is under its cap, becomes running (no row but the rollout's is locked).
+    Returns it loaded for its episode, or None when anything else holds (`_rollout_claim` decides)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rollout_id, run_status FROM runs_rollout_claim(%s, %s, %s, %s)",
+                       [rollout_id, worker_identity(), team_running_cap(), _TEAM_CAP_LOCK])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    rollout = _rollout_for_episode(rollout_id)
+
+    def after():
+        events.publish_rollout(rollout)
+        if row[1] == RunStatus.QUEUED:
+            run_mark_started(run_id=rollout.run_id)
+
+    transaction.on_commit(after)  # at once, unless a caller's transaction holds the claim
+    return rollout
+
+
+def _rollout_for_episode(rollout_id: int) -> Rollout:
+    return Rollout.objects.select_related("team", "run__environment_version__environment", "run__agent").get(pk=rollout_id)
 
 
 def rollout_execute(*, rollout_id: int) -> str:
@@ -414,15 +501,20 @@ def rollout_execute(*, rollout_id: int) -> str:
     # With DEBUG on, Django keeps every query (a step batch is a large one) until a request starts;
     # a worker has no requests, so drop them per rollout to keep its memory flat.
     reset_queries()
-    claim = _rollout_claim(rollout_id)
-    if claim.rollout is None:
-        if claim.later_s:
-            # Look again once the owner would have gone stale: never leave it running forever.
-            from .tasks import execute_rollout
+    rollout = rollout_claim_queued(rollout_id=rollout_id)
+    if rollout is None:
+        claim = _rollout_claim(rollout_id)
+        if claim.parked_team is not None:
+            # A rollout of the team may have ended between the count and the park: look again.
+            team_slots_freed(team_id=claim.parked_team)
+        if claim.rollout is None:
+            if claim.later_s:
+                # Look again once the owner would have gone stale: never leave it running forever.
+                from .tasks import execute_rollout
 
-            execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
-        return claim.skip
-    rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").get(pk=claim.rollout.pk)
+                execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
+            return claim.skip
+        rollout = _rollout_for_episode(claim.rollout.pk)
     from .engine import run_episode
     from .episodes import LostOwnership, rollout_end
 
@@ -483,7 +575,7 @@ def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) ->
     Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
     cutoff = timezone.now() - timedelta(seconds=grace_s)
     candidates = set(
-        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff)
+        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff, parked=False)
         .exclude(run__status=RunStatus.CANCELLED)
         .exclude(run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN])
         .values_list("pk", flat=True)
@@ -505,6 +597,7 @@ def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) ->
 def rollout_rerun(*, rollout: Rollout, actor) -> Rollout:
     """The same version, task, seed and agent again, as a one-rollout run linked through `rerun_of`."""
     source_run = rollout.run
+    storage_quota_check(team_id=rollout.team_id, what="Rerun")
     with transaction.atomic():
         run = Run.objects.create(
             team_id=rollout.team_id, environment_version_id=source_run.environment_version_id,

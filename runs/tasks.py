@@ -69,6 +69,9 @@ def _recover(when: str) -> None:
         requeued = services.requeue_lost_rollouts(in_broker=rollouts_in_broker)
         if requeued:
             logger.warning("re-enqueued queued rollouts the broker had lost %s: %s", when, requeued)
+        unparked = services.teams_unpark_all()
+        if unparked:
+            logger.info("sent parked rollouts whose team has a free slot again %s: %s", when, unparked)
         ended = end_orphaned_episodes()
         if ended:
             logger.warning("ended interactive rollouts whose episode host stopped %s: %s", when, ended)

@@ -206,6 +206,11 @@ if DB_POOL_MAX_SIZE:
     if DATABASES["default"]["CONN_MAX_AGE"]:
         raise ImproperlyConfigured("DB_POOL_MAX_SIZE needs DB_CONN_MAX_AGE=0 (the pool keeps the connections)")
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 1, "max_size": DB_POOL_MAX_SIZE, "timeout": 60}
+# Celery workers keep their connection across tasks (a rollout takes a handful of round trips; opening a
+# connection per task cost as many again), unless a pool keeps it for them. 0: a connection per task.
+WORKER_DB_CONN_MAX_AGE = envint("WORKER_DB_CONN_MAX_AGE", 600)
+if WORKER_DB_CONN_MAX_AGE < 0:
+    raise ImproperlyConfigured("WORKER_DB_CONN_MAX_AGE must be 0 (a connection per task) or more")
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -263,12 +268,20 @@ if SANDBOX_BACKEND not in ("process", "docker"):
 # Start untrusted code in a sandbox that lacks an isolation layer this host refuses (bubblewrap view,
 # cgroup, disk quota, uid switch)? Off: such a sandbox is refused and the rollout says which layer.
 SANDBOX_ALLOW_WEAK = envbool("SANDBOX_ALLOW_WEAK", False)
-# Fair shares: one team runs at most this many worker rollouts at once; the rest wait (re-queued with a
-# short countdown) while other teams' rollouts take the free worker slots. 0: no cap (set it below the
-# workers' total concurrency so that one team's hung rollouts cannot hold every slot).
-TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
-if TEAM_MAX_RUNNING_ROLLOUTS < 0:
-    raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be 0 (no cap) or more")
+# Fair shares: one team runs at most this many worker rollouts at once; the rest wait (parked, sent
+# again as the team's rollouts end) while other teams' rollouts take the free worker slots, so one team's
+# hung rollouts never hold every slot. "auto" (the default): a worker's concurrency minus one, at least 1
+# (with several workers, set a number below their total concurrency). 0: no cap.
+TEAM_MAX_RUNNING_ROLLOUTS = envstr("TEAM_MAX_RUNNING_ROLLOUTS", "auto")
+if TEAM_MAX_RUNNING_ROLLOUTS != "auto":
+    TEAM_MAX_RUNNING_ROLLOUTS = envint("TEAM_MAX_RUNNING_ROLLOUTS", 0)
+    if TEAM_MAX_RUNNING_ROLLOUTS < 0:
+        raise ImproperlyConfigured("TEAM_MAX_RUNNING_ROLLOUTS must be auto, 0 (no cap) or more")
+# What one team may store (environment versions' files, rollouts' steps), in MB: over it, new runs and
+# new versions are refused with the reason until the team deletes some. 0: no quota.
+TEAM_STORAGE_QUOTA_MB = envint("TEAM_STORAGE_QUOTA_MB", 10240)
+if TEAM_STORAGE_QUOTA_MB < 0:
+    raise ImproperlyConfigured("TEAM_STORAGE_QUOTA_MB must be 0 (no quota) or more")
 # A rollout whose worker stopped beating for this long is picked up again (or errored after 3 tries).
 ROLLOUT_STALE_AFTER_S = envint("ROLLOUT_STALE_AFTER_S", 30)
 CHROMIUM_PATH = envstr("CHROMIUM_PATH", "/usr/bin/chromium")

@@ -11,6 +11,7 @@ from .service import (
     episode_fail,
     episode_finish,
     episode_flush,
+    episode_interrupt,
     episode_reject_action,
     episode_sandbox,
     episode_start,
@@ -35,6 +36,6 @@ __all__ = [
     "DEFAULT_VERIFY_TIMEOUT_S", "FLUSH_EVERY_S", "FLUSH_EVERY_STEPS", "RUN_LIMIT_KEYS", "Episode", "EpisodeFault",
     "EpisodeOutcome", "EpisodeOver", "EpisodeSetup", "Heartbeat", "LostOwnership", "StepWriter", "agent_view_of",
     "browser_sandbox", "close_browser_pool", "describe_fault", "effective_limits", "episode_fail", "episode_finish",
-    "episode_flush", "episode_reject_action", "episode_sandbox", "episode_setup", "episode_start", "episode_step",
+    "episode_flush", "episode_interrupt", "episode_reject_action", "episode_sandbox", "episode_setup", "episode_start", "episode_step",
     "fault_of", "public_facts", "rollout_end", "rollout_finish", "task_of",
 ]

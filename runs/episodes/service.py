@@ -6,6 +6,7 @@ screenshots, limits, the verifier's own budget and the final state are the same 
 Every function that ends an episode closes its sandbox and writes the rollout's final state (and
 the verifier's first label) itself; a driver only decides when.
 """
+import contextlib
 import dataclasses
 import json
 import logging
@@ -14,7 +15,7 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from .. import services as run_services
@@ -104,6 +105,8 @@ class Episode:
         self.finished = False
         self.artifact_url: str | None = None
         self.lock = threading.Lock()
+        # Set by episode_interrupt (another thread): how the episode ends once its pending call returns.
+        self.interruption: "EpisodeFault | None" = None
 
     @property
     def label(self) -> str:
@@ -200,9 +203,11 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     episode.reset_info = reset_info = getattr(sandbox, "reset_info", None) or {}
     # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
     setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
-    Rollout.objects.filter(pk=rollout.pk).update(
-        initial_observation=arrays_store(rollout_id=rollout.pk, stem="reset", value=observation), reset_info=reset_info,
-    )
+    initial_observation = arrays_store(rollout_id=rollout.pk, stem="reset", value=observation)
+    if setup.reproduction.get("driver") == "worker":
+        episode.writer.set_initial(initial_observation, reset_info)  # stored by the first flush: no round trip of its own
+    else:
+        Rollout.objects.filter(pk=rollout.pk).update(initial_observation=initial_observation, reset_info=reset_info)
     artifact = getattr(sandbox, "last_artifact", None)
     if artifact:
         episode.artifact_url = artifact_url(artifact_store(rollout_id=rollout.pk, index=0, artifact=artifact, stem="reset"))
@@ -222,7 +227,7 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
     try:
         observation, reward, terminated, truncated, info = sandbox.step(action)
     except SandboxError as exc:
-        raise episode_fail(episode=episode, fault=fault_of(episode.label, exc)) from None
+        raise episode_fail(episode=episode, fault=episode.interruption or fault_of(episode.label, exc)) from None
     if reward is None:
         # The runner sends a NaN or infinite reward as null: refuse it rather than store a 0.0 nobody chose.
         raise episode_fail(episode=episode, fault=EpisodeFault(
@@ -274,6 +279,23 @@ def episode_reject_action(*, episode: Episode, action, reason: str, agent_record
     return step
 
 
+def episode_interrupt(*, episode: Episode, fault: EpisodeFault, sandboxes=()) -> None:
+    """End the episode from another thread (a cancel) without waiting for the call it is in: its
+    sandbox (and `sandboxes`, e.g. the agent's) are killed, so a hung step returns at once and the
+    driver ends the episode with `fault`. Sandboxes shared with other episodes are left running."""
+    if episode.finished or episode.interruption is not None:
+        return
+    episode.interruption = fault
+    for sandbox in (episode.sandbox, *sandboxes):
+        interrupt = getattr(sandbox, "interrupt", None)
+        if interrupt is None:
+            continue  # a shared runner process: this episode ends at its next call
+        try:
+            interrupt()
+        except Exception:  # noqa: BLE001 - the driver still ends the episode at its next call
+            logger.exception("interrupting a sandbox of rollout %s failed", episode.rollout.pk)
+
+
 def episode_flush(*, episode: Episode) -> None:
     """Write the episode's buffered steps now (a person's pace: each step's screenshot gets its URL)."""
     episode.writer.flush()
@@ -293,6 +315,9 @@ def episode_finish(*, episode: Episode, end_reason: str = "", timed_out_reason: 
         episode.writer.flush()
         outcome = _outcome(setup, RolloutStatus.ERRORED, end_reason)
         _verify(episode, outcome)
+        if episode.interruption is not None:  # cancelled while verifying
+            fault = episode.interruption
+            outcome = _outcome(setup, fault.status, fault.end_reason, error=fault.reason)
         if timed_out_reason:
             outcome.status, outcome.error = RolloutStatus.TIMED_OUT, timed_out_reason
     except LostOwnership:
@@ -311,7 +336,7 @@ def episode_fail(*, episode: Episode, fault: EpisodeFault) -> EpisodeFault:
         try:
             if fault.end_reason == "timeout":
                 _truncate_last_step(episode)
-            if episode.writer.pending:
+            if episode.writer.unwritten:
                 episode.writer.flush()
         except LostOwnership:
             _close_sandbox(episode)
@@ -380,7 +405,8 @@ def _verify(episode: Episode, outcome: EpisodeOutcome) -> None:
 
 
 def _write_final(rollout: Rollout, outcome: EpisodeOutcome) -> Rollout:
-    rollout_finish(rollout=rollout, outcome=outcome)
+    if rollout_finish(rollout=rollout, outcome=outcome):
+        return rollout  # holds what was written
     return Rollout.objects.get(pk=rollout.pk)
 
 
@@ -428,24 +454,48 @@ def rollout_finish(*, rollout: Rollout, outcome: EpisodeOutcome) -> bool:
         return _rollout_finish_write(rollout, fallback)
 
 
+_FINISH_SQL = f"""
+    WITH done AS (
+        UPDATE {Rollout._meta.db_table} SET status = %(status)s, end_reason = %(end_reason)s, error = %(error)s,
+            total_reward = %(total_reward)s, step_count = %(step_count)s, verifier_reward = %(verifier_reward)s,
+            verifier_reason = %(verifier_reason)s, verifier_error = %(verifier_error)s,
+            reproduction = %(reproduction)s::jsonb, finished_at = now(), heartbeat_at = now()
+        WHERE id = %(rollout)s AND attempts = %(attempts)s AND status = %(running)s
+        RETURNING id, team_id, finished_at
+    ), label AS (
+        INSERT INTO {RewardLabel._meta.db_table} (team_id, rollout_id, step_id, source, value, decision, reviewer_id, rationale, created_at)
+        SELECT team_id, id, NULL, %(source)s, %(value)s, %(decision)s, NULL, %(rationale)s, now() FROM done
+        WHERE %(has_label)s
+    )
+    SELECT finished_at FROM done
+"""
+
+
 def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
-    with transaction.atomic():
-        updated = Rollout.objects.filter(pk=rollout.pk, attempts=rollout.attempts, status=RolloutStatus.RUNNING).update(
-            status=outcome.status, end_reason=outcome.end_reason, error=outcome.error[:10000],
-            total_reward=outcome.total_reward, step_count=outcome.step_count,
-            verifier_reward=outcome.verifier_reward, verifier_reason=outcome.verifier_reason,
-            verifier_error=outcome.verifier_error, reproduction=outcome.reproduction,
-            finished_at=timezone.now(), heartbeat_at=timezone.now(),
-        )
-        if not updated:
-            return False
-        if outcome.proposed_value is not None:
-            RewardLabel.objects.create(
-                team_id=rollout.team_id, rollout=rollout, source=LabelSource.VERIFIER,
-                value=outcome.proposed_value, decision=LabelDecision.PROPOSED, rationale=outcome.proposed_rationale,
-            )
-        rollout.refresh_from_db()
-        run_services.rollout_status_changed(rollout)
+    """The outcome and the verifier's first label in one statement (so both or neither are written),
+    fenced by the attempt; the in-memory rollout gets what was written."""
+    error = outcome.error[:10000]
+    # Inside a caller's transaction a savepoint keeps a failed write from spoiling it (the fallback
+    # write must still work); on its own the statement is its own transaction.
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), connection.cursor() as cursor:
+        cursor.execute(_FINISH_SQL, {
+            "status": outcome.status, "end_reason": outcome.end_reason, "error": error,
+            "total_reward": outcome.total_reward, "step_count": outcome.step_count,
+            "verifier_reward": outcome.verifier_reward, "verifier_reason": outcome.verifier_reason,
+            "verifier_error": outcome.verifier_error, "reproduction": json.dumps(outcome.reproduction, default=str),
+            "rollout": rollout.pk, "attempts": rollout.attempts, "running": RolloutStatus.RUNNING,
+            "source": LabelSource.VERIFIER, "value": outcome.proposed_value, "decision": LabelDecision.PROPOSED,
+            "rationale": outcome.proposed_rationale, "has_label": outcome.proposed_value is not None,
+        })
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    rollout.status, rollout.end_reason, rollout.error = outcome.status, outcome.end_reason, error
+    rollout.total_reward, rollout.step_count = outcome.total_reward, outcome.step_count
+    rollout.verifier_reward, rollout.verifier_reason = outcome.verifier_reward, outcome.verifier_reason
+    rollout.verifier_error, rollout.reproduction = outcome.verifier_error, outcome.reproduction
+    rollout.finished_at = rollout.heartbeat_at = row[0]
+    run_services.rollout_status_changed(rollout)
     return True
 
 

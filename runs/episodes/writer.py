@@ -9,17 +9,18 @@ import threading
 import time
 
 from django.db import close_old_connections, connection
-from django.utils import timezone
 
 from .. import events
 from ..artifacts import artifacts_store_for_steps
-from ..models import Rollout, RolloutStatus, Step
+from ..models import Rollout, RolloutStatus, Run, RunStatus, Step
 
 logger = logging.getLogger(__name__)
 
 FLUSH_EVERY_S = 0.2
 FLUSH_EVERY_STEPS = 1000
 HEARTBEAT_EVERY_S = 1.0
+# How often a rollout waiting on a sandbox call looks for a cancel (a hung step ends within ~this).
+CANCEL_WATCH_S = 0.4
 
 
 class LostOwnership(Exception):
@@ -27,7 +28,8 @@ class LostOwnership(Exception):
 
 
 class StepWriter:
-    """Buffers steps; a flush writes them in one INSERT, bumps the rollout's counters and publishes them.
+    """Buffers steps; a flush writes them, the rollout's counters and heartbeat (and, the first time,
+    the reset's observation) in one statement, reads whether the run was cancelled, and publishes them.
 
     Every write is fenced by the attempt number: a worker that was presumed dead and replaced stops
     at its next flush instead of writing over the new attempt.
@@ -40,6 +42,20 @@ class StepWriter:
         self.step_count = 0
         self.total_reward = 0.0
         self.last_flush = time.monotonic()
+        # The reset's (observation, info), stored with the first flush (`set_initial`).
+        self.initial: tuple | None = None
+        # As of the last flush that reached the database (monotonic time): was the run cancelled?
+        self.checked_at = float("-inf")
+        self.run_cancelled = False
+        # The JSON this writer stored (characters, ~bytes): counted against the team's storage quota.
+        self.stored_bytes = 0
+
+    def set_initial(self, observation, reset_info: dict) -> None:
+        self.initial = (observation, reset_info)
+
+    @property
+    def unwritten(self) -> bool:
+        return bool(self.pending) or self.initial is not None
 
     def add(self, step: dict) -> None:
         self.pending.append(step)
@@ -61,30 +77,66 @@ class StepWriter:
 
     def flush(self) -> None:
         self.last_flush = time.monotonic()
-        if not self.pending:
+        if not self.unwritten:
             return
         steps, self.pending = self.pending, []
+        initial = self.initial
         try:
             artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
-            _insert_steps(self.rollout.pk, steps)
-            updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(
-                step_count=self.step_count, total_reward=self.total_reward, heartbeat_at=timezone.now()
-            )
+            documents = {
+                "initial_observation": _json_document(initial[0]) if initial else None,
+                "reset_info": _json_document(initial[1]) if initial else None,
+                "steps": _steps_document(steps),
+            }
+            stored_bytes = self.stored_bytes + sum(len(document) for document in documents.values() if document)
+            with connection.cursor() as cursor:
+                cursor.execute(_FLUSH_SQL, {
+                    "rollout": self.rollout.pk, "attempts": self.attempt, "running": RolloutStatus.RUNNING,
+                    "step_count": self.step_count, "total_reward": self.total_reward,
+                    "has_initial": initial is not None, "stored_bytes": stored_bytes, **documents,
+                })
+                row = cursor.fetchone()
         except Exception:
             self.give_back(steps)  # not written (or not counted): the next flush writes them again, once
             raise
-        if not updated:
+        self.stored_bytes = stored_bytes
+        if row is None:
             raise LostOwnership(f"rollout {self.rollout.pk} is no longer ours (attempt {self.attempt})")
+        if initial is not None:
+            self.rollout.initial_observation, self.rollout.reset_info = initial
+            self.initial = None
+        self.rollout.step_count, self.rollout.total_reward = self.step_count, self.total_reward
+        self.checked_at, self.run_cancelled = time.monotonic(), row[0] == RunStatus.CANCELLED
         events.publish_steps(self.rollout, steps)
 
 
 _STEP_TABLE = Step._meta.db_table
+_STEP_COLUMNS = """
+        "index" integer, action jsonb, observation json, reward double precision,
+        terminated boolean, truncated boolean, info json, elapsed_ms double precision, artifact varchar"""
+# One round trip per flush: the counters (fenced by attempt and status) and the steps, which are
+# inserted only when the rollout is still this attempt's, so none lies past another attempt's end.
+_FLUSH_SQL = f"""
+    WITH owner AS (
+        UPDATE {Rollout._meta.db_table} AS r SET step_count = %(step_count)s, total_reward = %(total_reward)s,
+            heartbeat_at = now(), stored_bytes = %(stored_bytes)s,
+            initial_observation = CASE WHEN %(has_initial)s THEN %(initial_observation)s::json ELSE r.initial_observation END,
+            reset_info = CASE WHEN %(has_initial)s THEN %(reset_info)s::json ELSE r.reset_info END
+        FROM {Run._meta.db_table} AS run
+        WHERE r.id = %(rollout)s AND r.attempts = %(attempts)s AND r.status = %(running)s AND run.id = r.run_id
+        RETURNING r.id, run.status
+    ), written AS (
+        INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
+        SELECT owner.id, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::json), s.elapsed_ms, s.artifact, now()
+        FROM owner, json_to_recordset(%(steps)s::json) AS s({_STEP_COLUMNS})
+        ON CONFLICT (rollout_id, "index") DO NOTHING
+    )
+    SELECT status FROM owner
+"""
 _INSERT_STEPS_SQL = f"""
     INSERT INTO {_STEP_TABLE} (rollout_id, "index", action, observation, reward, terminated, truncated, info, elapsed_ms, artifact, created_at)
     SELECT %s, s."index", s.action, s.observation, s.reward, s.terminated, s.truncated, COALESCE(s.info, '{{}}'::json), s.elapsed_ms, s.artifact, now()
-    FROM json_to_recordset(%s::json) AS s(
-        "index" integer, action jsonb, observation json, reward double precision,
-        terminated boolean, truncated boolean, info json, elapsed_ms double precision, artifact varchar)
+    FROM json_to_recordset(%s::json) AS s({_STEP_COLUMNS})
     ON CONFLICT (rollout_id, "index") DO NOTHING
 """
 
@@ -100,7 +152,11 @@ def _insert_steps(rollout_id: int, steps: list[dict]) -> None:
 def _steps_document(rows: list[dict]) -> str:
     """Step rows as one JSON document for json_to_recordset (`json`, not `jsonb`: an observation
     keeps its key order and its -0.0)."""
-    document = json.dumps(rows, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _json_document(rows)
+
+
+def _json_document(value) -> str:
+    document = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     if "\\u0000" in document:
         document = document.replace("\\u0000", "\\ufffd")  # PostgreSQL jsonb cannot store NUL characters
     return document
@@ -167,16 +223,30 @@ def steps_recover(*, rollout: Rollout, steps: list[dict]) -> None:
         )
 
 
-class Heartbeat:
-    """A thread that keeps `heartbeat_at` fresh while the main thread waits on long sandbox calls.
+_BEAT_SQL = f"""
+    UPDATE {Rollout._meta.db_table} AS r SET heartbeat_at = now() FROM {Run._meta.db_table} AS run
+    WHERE r.id = %s AND r.attempts = %s AND r.status = %s AND run.id = r.run_id
+    RETURNING run.status
+"""
 
-    It uses its own database connection (Django's are per thread) and closes it when it stops.
+
+class Heartbeat:
+    """A thread that keeps `heartbeat_at` fresh while the main thread waits on long sandbox calls, and
+    watches for a cancel: the rollout or its run cancelled calls `on_cancel` (set by the driver once
+    its episode started), which ends a hung call at once instead of at the next step.
+
+    A beat is skipped while the writer flushes often (a flush stamps the heartbeat and reads the run's
+    status itself). It uses its own database connection (Django's are per thread) and closes it when
+    it stops.
     """
 
-    def __init__(self, rollout: Rollout, every_s: float = HEARTBEAT_EVERY_S):
+    def __init__(self, rollout: Rollout, every_s: float = HEARTBEAT_EVERY_S, *, watch_s: float = CANCEL_WATCH_S):
         self.rollout_id = rollout.pk
         self.attempt = rollout.attempts
         self.every_s = every_s
+        self.watch_s = watch_s
+        self.writer: StepWriter | None = None
+        self.on_cancel = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{rollout.pk}", daemon=True)
 
@@ -189,14 +259,41 @@ class Heartbeat:
         self._thread.join(timeout=5)
 
     def _beat(self):
+        last_beat = time.monotonic()
         try:
-            while not self._stop.wait(self.every_s):
+            while not self._stop.wait(self.watch_s):
+                now = time.monotonic()
+                writer = self.writer
+                if writer is not None and now - writer.checked_at < self.watch_s:
+                    if writer.run_cancelled and self.on_cancel is not None:
+                        self._cancel()
+                    continue  # the writer stamped the heartbeat and read the run's status just now
+                if self.on_cancel is None and now - last_beat < self.every_s:
+                    continue  # nothing to interrupt yet: a beat a second is enough
+                last_beat = now
                 try:
-                    Rollout.objects.filter(
-                        pk=self.rollout_id, attempts=self.attempt, status=RolloutStatus.RUNNING
-                    ).update(heartbeat_at=timezone.now())
+                    if self._cancelled() and self.on_cancel is not None:
+                        self._cancel()
                 except Exception:  # noqa: BLE001 - a missed beat is retried; it must not kill the thread
                     logger.warning("heartbeat of rollout %s failed", self.rollout_id, exc_info=True)
                     close_old_connections()
         finally:
             connection.close()
+
+    def _cancelled(self) -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(_BEAT_SQL, [self.rollout_id, self.attempt, RolloutStatus.RUNNING])
+            row = cursor.fetchone()
+        if row is not None:
+            return row[0] == RunStatus.CANCELLED
+        status = Rollout.objects.filter(pk=self.rollout_id).values_list("status", flat=True).first()
+        # Not found (deleted, or not visible to this thread's connection) or another attempt's: the
+        # writer finds out at its next flush.
+        return status == RolloutStatus.CANCELLED
+
+    def _cancel(self):
+        on_cancel, self.on_cancel = self.on_cancel, None
+        try:
+            on_cancel()
+        except Exception:  # noqa: BLE001 - the episode's own cancel check still ends it
+            logger.exception("cancelling rollout %s failed", self.rollout_id)

@@ -230,6 +230,16 @@ class DockerSandbox(ProcessSandbox):
 
     # -- teardown -----------------------------------------------------------------------------
 
+    def interrupt(self) -> None:
+        """Kill the container's processes from any thread (a cancel); the waiting call sees its pipe close."""
+        if self._proc is None or self._closed:
+            return
+        self._killed_by_us = True
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+        else:
+            self._docker_kill()
+
     def _kill(self) -> None:
         """SIGKILL the container's processes (from the host, by uid) or `docker kill` it; reap the client."""
         proc = self._proc

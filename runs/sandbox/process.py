@@ -731,6 +731,27 @@ class ProcessSandbox:
             except Exception:
                 pass
 
+    def interrupt(self) -> None:
+        """Kill the sandbox's processes from any thread (a cancel): the thread waiting in a call sees
+        the pipe close and raises SandboxCrashed, then tears the sandbox down as usual. Only signals
+        are sent here; pipes, workdir and uid slot stay for the waiting thread to release."""
+        proc = self._proc
+        if proc is None or self._closed or proc.returncode is not None:
+            return  # never signal a reaped pid: it may belong to someone else by now
+        self._signal_kill(proc)
+        if self.uid_switched and self.uid is not None:
+            kill_uid_processes(self.uid)
+
+    def _signal_kill(self, proc) -> None:
+        """SIGKILL the process group and the cgroup (the whole tree, wherever it forked to)."""
+        self._killed_by_us = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
     @property
     def alive(self) -> bool:
         return self._proc is not None and not self._closed and self._proc.poll() is None
@@ -974,14 +995,8 @@ class ProcessSandbox:
         proc = self._proc
         if proc is None:
             return
-        self._killed_by_us = True
         self._dead = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.cgroup is not None:
-            self.cgroup.kill()
+        self._signal_kill(proc)
         try:
             proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:

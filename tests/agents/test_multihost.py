@@ -77,6 +77,7 @@ def two_hosts(tmp_path):
                 "DATABASE_URL": db.replace("127.0.0.1", namespace.outside).replace("localhost", namespace.outside),
                 "REDIS_URL": redis_url, "CELERY_BROKER_URL": redis_url, "EPISODE_HOST_REDIS_URL": redis_url,
                 "EPISODE_HOST_PREFIX": prefix, "CHANNEL_LAYER_PREFIX": prefix, "CELERY_QUEUE": queue,
+                "TEAM_MAX_RUNNING_ROLLOUTS": "0",  # one team's run spreads over both hosts' workers
                 "MEDIA_ROOT": str(folder / "media"), "TMPDIR": str(scratch), "ALLOWED_HOSTS": allowed,
                 "ARTIFACT_STORAGE": "s3", "S3_BUCKET": bucket, "S3_ENDPOINT_URL": f"http://{namespace.outside}:{s3_port}",
                 **S3_KEYS,

@@ -76,7 +76,8 @@ def test_redis_restarted_under_load(tmp_path, settings, team, owner, private_red
     prefix, queue = f"test-rr-{uuid.uuid4().hex[:8]}", f"test-rr-{uuid.uuid4().hex[:8]}"
     settings.EPISODE_HOST_REDIS_URL = private_redis.url
     env = {"REDIS_URL": private_redis.url, "CELERY_BROKER_URL": private_redis.url,
-           "EPISODE_HOST_REDIS_URL": private_redis.url, "EPISODE_HOST_PREFIX": prefix, "CELERY_QUEUE": queue}
+           "EPISODE_HOST_REDIS_URL": private_redis.url, "EPISODE_HOST_PREFIX": prefix, "CELERY_QUEUE": queue,
+           "TEAM_MAX_RUNNING_ROLLOUTS": "0"}  # both worker slots run the one team's rollouts
     _, token = studio_services.token_create(team=team, actor=owner, name="restart")
     processes = []
     try:

@@ -96,3 +96,28 @@ def test_a_worker_starting_after_a_broker_loss_runs_the_queued_rollouts(team, ow
     request.getfixturevalue("celery_worker")  # its start-up recovery finds them
     wait_for(lambda: not run.rollouts.exclude(status=RolloutStatus.SUCCEEDED).exists(), 90, "the lost rollouts to finish")
     assert sorted(run.rollouts.values_list("attempts", flat=True)) == [1, 1]
+
+
+def test_a_finishing_write_the_database_refuses_still_ends_the_rollout(team, owner, monkeypatch):
+    """Whatever the database says to the outcome's write, the rollout ends (errored, saying why) instead
+    of staying `running` to be replayed."""
+    from django.db import DataError
+
+    from runs.episodes import service
+
+    real_write, refused = service._rollout_finish_write, []
+
+    def refusing_once(rollout, outcome):
+        if not refused:
+            refused.append(outcome.status)
+            raise DataError("value out of range")
+        return real_write(rollout, outcome)
+
+    monkeypatch.setattr(service, "_rollout_finish_write", refusing_once)
+    version = package_version(team, owner, "refused-outcome", env_with("1.0", '1.0, "ok"'))
+    rollout = play_one(team, owner, version, random_agent(team, owner))
+    assert refused == [RolloutStatus.SUCCEEDED]
+    assert rollout.status == RolloutStatus.ERRORED
+    assert "could not be stored" in rollout.error and "DataError" in rollout.error
+    assert rollout.step_count == 1
+    assert not RewardLabel.objects.filter(rollout=rollout).exists()
