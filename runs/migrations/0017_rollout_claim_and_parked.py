@@ -66,7 +66,7 @@ $$ LANGUAGE plpgsql VOLATILE;
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("runs", "0014_review_state"),
+        ("runs", "0016_quality_reverifications"),
     ]
 
     operations = [
