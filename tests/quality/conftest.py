@@ -30,23 +30,3 @@ def make_version(team, owner):
                           extra=variant | (extra or {}))
 
     return make
-
-
-def two_tasks() -> dict:
-    """guess-number's first task of two levels, as files to lay over a version: enough for a flaw to
-    show in half the rollouts of its five tasks."""
-    lines = (DEMO_DIR / "guess_number" / "tasks.jsonl").read_text().splitlines()
-    return {"tasks.jsonl": f"{lines[0]}\n{lines[2]}\n"}
-
-
-def play_audit(audit):
-    """Execute every rollout of the audit in this process (the Celery task bodies), then complete it."""
-    from runs.quality.services import audit_complete
-    from runs.tasks import execute_rollout
-
-    for entry in audit.audit_runs.order_by("id"):
-        for rollout_id in entry.run.rollouts.order_by("id").values_list("id", flat=True):
-            execute_rollout(rollout_id)
-    audit_complete(audit_id=audit.pk)
-    audit.refresh_from_db()
-    return audit

@@ -8,7 +8,7 @@ from runs.quality import services
 from runs.quality.models import Audit, AuditStatus
 from tests.runs.rollout_factories import package_version
 
-from conftest import play_audit
+from tests.quality.audits import play_audit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

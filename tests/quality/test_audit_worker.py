@@ -10,7 +10,7 @@ from django.core.management import call_command
 from runs.models import Rollout, Step
 from runs.quality import services
 from runs.quality.models import AuditStatus
-from conftest import two_tasks
+from tests.quality.audits import two_tasks
 from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -10,7 +10,7 @@ from environments.demo import DEMO_DIR
 from runs.models import Step
 from runs.quality import services
 
-from conftest import play_audit
+from tests.quality.audits import play_audit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

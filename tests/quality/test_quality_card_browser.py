@@ -3,7 +3,7 @@ fills in by itself, and its red `claim` line leads to the rollout whose replay s
 import pytest
 from playwright.sync_api import expect
 
-from conftest import two_tasks
+from tests.quality.audits import two_tasks
 from tests.browser.conftest import browser, log_in, page  # noqa: F401 - fixtures
 from tests.conftest import PASSWORD
 from tests.processes import asgi_server, celery_queue, celery_worker  # noqa: F401 - fixtures

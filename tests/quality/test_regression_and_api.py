@@ -13,7 +13,7 @@ from tests.conftest import api_for, login
 from tests.runs.rollout_factories import package_version, play_run, random_agent
 from runs import services as run_services
 
-from conftest import play_audit
+from tests.quality.audits import play_audit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
