@@ -22,9 +22,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from studio.models import Membership
 
 from . import events, figures
-from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run, Step
-
-CHUNK = 500
+from .backlog import CHUNK, RolloutBacklog, backlog_join, backlog_leave, steps_text
+from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
 SUMMARY_EVERY_S = 0.5
 
 CLOSE_BAD_REQUEST = 4400
@@ -32,22 +31,24 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-def _visible(model, pk: int, user, api_token) -> bool:
-    """Whether the object is in one of the caller's teams (a token's: its own team only)."""
+def _team_ids(user, api_token):
+    """The caller's teams (a token's: its own team only)."""
     if api_token is not None:
-        team_ids = [api_token.team_id]
-    else:
-        team_ids = Membership.objects.filter(user=user).values("team_id")
-    return model.objects.filter(pk=pk, team_id__in=team_ids).exists()
+        return [api_token.team_id]
+    return Membership.objects.filter(user=user).values("team_id")
+
+
+def _visible(model, pk: int, user, api_token) -> bool:
+    return model.objects.filter(pk=pk, team_id__in=_team_ids(user, api_token)).exists()
 
 
 def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
     return _run_summary_message(run_id) if _visible(Run, run_id, user, api_token) else None
 
 
-def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
-    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*events.STEP_FIELDS, "artifact")[:limit]
-    return list(rows)
+def _visible_rollout(rollout_id: int, user, api_token) -> Rollout | None:
+    """The rollout if it is in one of the caller's teams (one database hop for check and read)."""
+    return Rollout.objects.filter(pk=rollout_id, team_id__in=_team_ids(user, api_token)).first()
 
 
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
@@ -81,9 +82,14 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
 
 
 class RolloutConsumer(_TeamScopedConsumer):
-    """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live."""
+    """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live.
+
+    The stored steps come from the rollout's shared backlog (`runs/backlog.py`): read and encoded once
+    per process for all the viewers who join, whatever their number."""
 
     rollout_id: int | None = None
+    backlog: RolloutBacklog | None = None
+    finished = False
     last_index = -1
     catch_up = True
 
@@ -98,22 +104,30 @@ class RolloutConsumer(_TeamScopedConsumer):
         if caller is None:
             return
         rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        if not await database_sync_to_async(_visible)(Rollout, rollout_id, *caller):
+        rollout = await database_sync_to_async(_visible_rollout)(rollout_id, *caller)
+        if rollout is None:
             await self.refuse(CLOSE_NOT_FOUND)
             return
         self.rollout_id = rollout_id
+        self.backlog = backlog_join(rollout_id)
+        # A rollout finished before we subscribe sends nothing live: its stored steps are all there is.
+        self.finished = rollout.status in FINISHED_ROLLOUT_STATUSES
         await self.accept()
         # Subscribe first, read second: a step committed after the read is published after it too.
         await self.channel_layer.group_add(events.rollout_group(rollout_id), self.channel_name)
         if self.catch_up:
             await self.send_stored_steps()
-        rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
-        await self.send_stored_steps(upto=rollout.step_count - 1)
+        if not self.finished:
+            rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
+            await self.send_stored_steps(upto=rollout.step_count - 1)
         await self.send_json({"type": "status", **events.rollout_status(rollout)})
 
     async def disconnect(self, code):
         if self.rollout_id is not None:
             await self.channel_layer.group_discard(events.rollout_group(self.rollout_id), self.channel_name)
+        if self.backlog is not None:
+            backlog_leave(self.backlog)
+            self.backlog = None
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
@@ -123,35 +137,39 @@ class RolloutConsumer(_TeamScopedConsumer):
         if not self.catch_up or (upto is not None and upto <= self.last_index):
             return
         while True:
-            rows = await database_sync_to_async(_steps_after)(self.rollout_id, self.last_index)
-            if not rows:
+            frame = await self.backlog.frame_after(self.last_index, finished=self.finished)
+            if frame is None:
                 return
-            await self.send_steps(rows)
-            if len(rows) < CHUNK or (upto is not None and self.last_index >= upto):
+            await self.send(text_data=frame.text)
+            self.last_index = frame.last_index
+            if frame.count < CHUNK or (upto is not None and self.last_index >= upto):
                 return
-
-    async def send_steps(self, steps: list[dict]) -> None:
-        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [events.step_json(s, rollout_id=self.rollout_id) for s in steps]})
-        self.last_index = steps[-1]["index"]
 
     async def rollout_steps(self, event):
-        steps = sorted((s for s in event["steps"] if s["index"] > self.last_index), key=lambda s: s["index"])
-        if not steps:
-            return
-        if steps[0]["index"] > self.last_index + 1:
-            # Missed some (subscribed a moment late, or a publish was lost): they are stored by now.
-            await self.send_stored_steps(upto=steps[0]["index"] - 1)
-            steps = [s for s in steps if s["index"] > self.last_index]
+        steps = event["steps"]
+        if steps[0]["index"] != self.last_index + 1 or any(b["index"] != a["index"] + 1 for a, b in zip(steps, steps[1:])):
+            steps = sorted((s for s in steps if s["index"] > self.last_index), key=lambda s: s["index"])
             if not steps:
                 return
-        await self.send_steps(steps)
+            if steps[0]["index"] > self.last_index + 1:
+                # Missed some (subscribed a moment late, or a publish was lost): they are stored by now.
+                await self.send_stored_steps(upto=steps[0]["index"] - 1)
+                steps = [s for s in steps if s["index"] > self.last_index]
+                if not steps:
+                    return
+            await self.send(text_data=steps_text(self.rollout_id, steps))
+        else:
+            # The usual case: the batch follows on; every viewer gets the same text, encoded once.
+            await self.send(text_data=_shared_text("steps", event))
+        self.last_index = steps[-1]["index"]
 
     async def rollout_status(self, event):
         if event["status"] == RolloutStatus.RUNNING and event["step_count"] == 0:
             # A redelivered task starts the episode again from step 0 (its partial steps were deleted).
             self.last_index = -1
+            self.backlog.forget()
         await self.send_stored_steps(upto=event["step_count"] - 1)
-        await self.send_json({"type": "status", **{k: v for k, v in event.items() if k != "type"}})
+        await self.send(text_data=_shared_text("status", event))
 
 
 class RunConsumer(_TeamScopedConsumer):
@@ -239,15 +257,15 @@ def _shared_text(kind: str, event: dict) -> str:
         steps = event["steps"]
         # Timings tell a retried attempt's steps from the first one's with the same indexes.
         key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
-        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [events.step_json(s, rollout_id=event["rollout_id"]) for s in steps]}  # noqa: E731
+        encode = lambda: steps_text(event["rollout_id"], steps)  # noqa: E731
     else:
         key = ("status", *(repr(event.get(k)) for k in sorted(event)))
-        message = lambda: {"type": "status", **{k: v for k, v in event.items() if k != "type"}}  # noqa: E731
+        encode = lambda: json.dumps({"type": "status", **{k: v for k, v in event.items() if k != "type"}})  # noqa: E731
     text = _encoded.get(key)
     if text is None:
         if len(_encoded) >= _ENCODED_KEEP:
             _encoded.pop(next(iter(_encoded)))
-        text = _encoded[key] = json.dumps(message())
+        text = _encoded[key] = encode()
     return text
 
 

@@ -1,0 +1,228 @@
+"""Many viewers on one web process: a stored rollout's backlog opened by many viewers at once, and many
+live viewers of a running run (issue 16's viewer targets).
+
+Serves `studio.asgi:application` with uvicorn on a loopback port (one process), viewers are `websockets`
+clients authenticated by an API token, spread over child processes as browsers would be.
+
+    .venv/bin/python bench/bench_viewers.py [--backlog-steps 10000] [--backlog-viewers 200]
+                                            [--live-viewers 1000] [--rollouts 10] [--live-steps 200]
+
+1. Backlog: `--backlog-viewers` viewers open `ws/rollouts/<id>/` of a stored, finished rollout of
+   `--backlog-steps` steps at the same moment; per viewer the time until its first steps arrive and
+   until it has every step and the final status; the server's CPU seconds for all of it; its memory
+   before, at the end and once the viewers have left. Targets (200 viewers, 10k steps): first steps
+   under 0.5 s (median and p95), server CPU under 3 s in total.
+2. Live: `--live-viewers` viewers of one run of `--rollouts` rollouts that publish `--live-steps` steps
+   each in the engine's batches (bench_streaming's fan-out); every step delivered once to every viewer,
+   worst lag under 1 s.
+Each figure is printed beside the same measure for one viewer (the ratio base), measured in the same run.
+
+Its own database (`studio_bench_viewers`, created and migrated if missing); ids from 10^9 up, so its
+channel groups do not meet those of a dev server on the same Redis.
+"""
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_streaming import bench_fanout, cpu_seconds, create_fixtures, open_viewer, start_server  # noqa: E402
+from bench_support import percentile, prepare_database  # noqa: E402
+
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/studio_bench_viewers"
+
+
+def stored_rollout(run, steps: int):
+    """A finished rollout of `steps` stored steps (bulk insert), in the bench run's team."""
+    from runs.models import Rollout, RolloutStatus, Step
+
+    rollout = Rollout.objects.create(team_id=run.team_id, run=run, task_id="t0", seed=10**6, status=RolloutStatus.SUCCEEDED,
+                                     step_count=steps, total_reward=steps * 0.01, verifier_reward=1.0, verifier_reason="bench",
+                                     initial_observation={"pos": 0})
+    Step.objects.bulk_create(
+        [Step(rollout=rollout, index=i, action=i % 4, observation={"pos": i, "text": f"step {i}", "row": [i % 3] * 8},
+              reward=0.01, terminated=i == steps - 1, truncated=False, info={"i": i}, elapsed_ms=0.2) for i in range(steps)],
+        batch_size=5000,
+    )
+    return rollout
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def follow_backlog(url: str, port: int, viewers: int, steps: int) -> list[dict]:
+    """`viewers` viewers connect at once; each reads until the final status."""
+    async def one() -> dict:
+        began = time.perf_counter()
+        ws = await open_viewer(url, port)
+        first = None
+        indexes = 0
+        last = -1
+        in_order = True
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            if message["type"] == "steps":
+                if first is None:
+                    first = time.perf_counter() - began
+                for step in message["steps"]:
+                    in_order &= step["index"] == last + 1
+                    last = step["index"]
+                indexes += len(message["steps"])
+            elif message["type"] == "status":
+                done = time.perf_counter() - began
+                break
+        await ws.close()
+        return {"first_s": first, "all_s": done, "steps": indexes, "complete": in_order and indexes == steps}
+
+    return await asyncio.gather(*(one() for _ in range(viewers)))
+
+
+def backlog_child_main(url: str, port: int, viewers: int, steps: int) -> None:
+    """Child mode: READY once loaded, wait for GO on stdin, then print one JSON line of results."""
+    print("READY", flush=True)
+    sys.stdin.readline()
+    print(json.dumps(asyncio.run(follow_backlog(url, port, viewers, steps))), flush=True)
+
+
+def bench_backlog(port: int, server_pid: int, token: str, rollout, viewers: int, processes: int) -> dict:
+    url = f"ws://127.0.0.1:{port}/ws/rollouts/{rollout.pk}/?token={token}"
+    shares = [viewers // processes + (1 if i < viewers % processes else 0) for i in range(processes)]
+    children = [
+        subprocess.Popen([sys.executable, __file__, "--backlog-child", url, str(port), str(share), str(rollout.step_count)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        for share in shares if share
+    ]
+    for child in children:
+        assert child.stdout.readline().strip() == "READY"
+    rss_before, cpu_before = rss_mb(server_pid), cpu_seconds(server_pid)
+    for child in children:
+        child.stdin.write("GO\n")
+        child.stdin.flush()
+    results = [r for child in children for r in json.loads(child.stdout.readline())]
+    server_cpu_s = cpu_seconds(server_pid) - cpu_before
+    rss_peak = rss_mb(server_pid)
+    for child in children:
+        child.wait(30)
+    time.sleep(3)  # the server lets go of what the viewers held
+    firsts = [r["first_s"] for r in results]
+    alls = [r["all_s"] for r in results]
+    return {
+        "viewers": len(results),
+        "complete": sum(1 for r in results if r["complete"]),
+        "first_median_s": statistics.median(firsts),
+        "first_p95_s": percentile(firsts, 0.95),
+        "all_median_s": statistics.median(alls),
+        "all_max_s": max(alls),
+        "server_cpu_s": server_cpu_s,
+        "rss_before_mb": rss_before,
+        "rss_end_mb": rss_peak,
+        "rss_after_mb": rss_mb(server_pid),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backlog-steps", type=int, default=10_000)
+    parser.add_argument("--backlog-viewers", type=int, default=200)
+    parser.add_argument("--live-viewers", type=int, default=1000)
+    parser.add_argument("--rollouts", type=int, default=10)
+    parser.add_argument("--live-steps", type=int, default=200, help="steps each live rollout publishes")
+    parser.add_argument("--viewer-processes", type=int, default=4, help="child processes the viewers are spread over")
+    parser.add_argument("--only", choices=("backlog", "live"), help="measure one part only")
+    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL", DEFAULT_DB))
+    args = parser.parse_args()
+
+    # The server as deployed: DEBUG off (no query log growing with every step read), plain HTTP on loopback.
+    os.environ.update({"DEBUG": "false", "SECURE_SSL_REDIRECT": "false", "LOG_LEVEL": "WARNING",
+                       "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)})
+    prepare_database(args.database_url)
+    os.environ["DATABASE_URL"] = args.database_url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import django
+
+    django.setup()
+    token, _, run, rollouts = create_fixtures(args.rollouts)
+    backlog_rollout = stored_rollout(run, args.backlog_steps)
+    solo_token, _, solo_run, solo_rollouts = create_fixtures(args.rollouts)
+    # As docker-compose.yml serves it: no per-message deflate (a compressor per viewer and message).
+    server, port = start_server(args.database_url, ["--ws-per-message-deflate", "false"])
+    try:
+        if args.only != "live":
+            backlog_one = bench_backlog(port, server.pid, token, backlog_rollout, 1, 1)
+            backlog_many = bench_backlog(port, server.pid, token, backlog_rollout, args.backlog_viewers, args.viewer_processes)
+        if args.only != "backlog":
+            live_one = bench_fanout(port, server.pid, solo_token, solo_run, solo_rollouts, 1, args.live_steps, 1)
+            live_many = bench_fanout(port, server.pid, token, run, rollouts, args.live_viewers, args.live_steps, args.viewer_processes)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    def ratio(many, one):
+        return f"{many / one:.1f}x" if one else "-"
+
+    rows = []
+    if args.only != "live":
+        rows += backlog_rows(args, backlog_one, backlog_many, ratio)
+    if args.only != "backlog":
+        rows += live_rows(args, live_one, live_many, ratio)
+    headers = ("measure", "1 viewer", "many", "ratio", "target")
+    widths = [max(len(str(r[i])) for r in [*rows, headers]) for i in range(5)]
+    line = lambda cells: "  ".join(f"{c:<{w}}" if i in (0, 4) else f"{c:>{w}}" for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def backlog_rows(args, b1, bn, ratio):
+    return [
+        (f"backlog {args.backlog_steps:,} steps: viewers", "1", f"{bn['viewers']}", "", ""),
+        ("backlog: viewers with every step once, in order", f"{b1['complete']}/1", f"{bn['complete']}/{bn['viewers']}", "", "all"),
+        ("backlog: first steps, median", f"{b1['first_median_s'] * 1000:.0f} ms", f"{bn['first_median_s'] * 1000:.0f} ms",
+         ratio(bn["first_median_s"], b1["first_median_s"]), "< 500 ms " + ("ok" if bn["first_median_s"] < 0.5 else "MISSED")),
+        ("backlog: first steps, p95", f"{b1['first_p95_s'] * 1000:.0f} ms", f"{bn['first_p95_s'] * 1000:.0f} ms",
+         ratio(bn["first_p95_s"], b1["first_p95_s"]), "< 500 ms " + ("ok" if bn["first_p95_s"] < 0.5 else "MISSED")),
+        ("backlog: every step + status, median", f"{b1['all_median_s'] * 1000:.0f} ms", f"{bn['all_median_s'] * 1000:.0f} ms",
+         ratio(bn["all_median_s"], b1["all_median_s"]), ""),
+        ("backlog: every step + status, slowest viewer", f"{b1['all_max_s'] * 1000:.0f} ms", f"{bn['all_max_s'] * 1000:.0f} ms",
+         ratio(bn["all_max_s"], b1["all_max_s"]), ""),
+        ("backlog: server CPU", f"{b1['server_cpu_s']:.2f} s", f"{bn['server_cpu_s']:.2f} s",
+         ratio(bn["server_cpu_s"], b1["server_cpu_s"]), "< 3 s " + ("ok" if bn["server_cpu_s"] < 3 else "MISSED")),
+        ("backlog: server RSS before / end / viewers gone", "", f"{bn['rss_before_mb']:.0f} / {bn['rss_end_mb']:.0f} / {bn['rss_after_mb']:.0f} MB", "", ""),
+    ]
+
+
+def live_rows(args, l1, ln, ratio):
+    return [
+        (f"live {args.rollouts} rollouts x {args.live_steps} steps: viewers", "1", f"{ln['viewers']}", "", ""),
+        ("live: step deliveries (all viewers)", f"{l1['deliveries']}/{l1['viewers'] * l1['steps_per_viewer']}",
+         f"{ln['deliveries']}/{ln['viewers'] * ln['steps_per_viewer']}", "", "all"),
+        ("live: viewers with every step once", f"{l1['complete_viewers']}/{l1['viewers']}",
+         f"{ln['complete_viewers']}/{ln['viewers']}", "", "all " + ("ok" if ln["complete_viewers"] == ln["viewers"] else "MISSED")),
+        ("live: worst lag of any step", f"{l1['max_lag_ms']:.0f} ms", f"{ln['max_lag_ms']:.0f} ms",
+         ratio(ln["max_lag_ms"], l1["max_lag_ms"]), "< 1000 ms " + ("ok" if ln["max_lag_ms"] < 1000 else "MISSED")),
+        ("live: p95 of each viewer's worst lag", f"{l1['p95_viewer_max_lag_ms']:.0f} ms", f"{ln['p95_viewer_max_lag_ms']:.0f} ms",
+         ratio(ln["p95_viewer_max_lag_ms"], l1["p95_viewer_max_lag_ms"]), ""),
+        ("live: server CPU while publishing", f"{l1['server_cpu_s']:.2f} s", f"{ln['server_cpu_s']:.2f} s",
+         ratio(ln["server_cpu_s"], l1["server_cpu_s"]), ""),
+        ("live: connect all viewers", f"{l1['connect_all_s']:.2f} s", f"{ln['connect_all_s']:.2f} s", "", ""),
+    ]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 6 and sys.argv[1] == "--backlog-child":
+        backlog_child_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        main()
