@@ -8,10 +8,13 @@ so a viewer sees each index once, in order. Channels hands a consumer one messag
 
 Close codes (after accepting, so the code reaches the client): 4401 not authenticated (no session,
 bad or revoked token), 4404 no such rollout or run in your teams (another team's looks the same),
-4400 a malformed query string.
+4400 a malformed query string; 4503 the live stream broke (the channel layer's Redis is down or
+restarted, `runs/stream_watch.py`), after a `{"type": "stream", "status": "lost"}` message: reconnect
+(with `after=` your last index) and you get what you missed from the database.
 """
 import asyncio
 import json
+import logging
 import time
 from urllib.parse import parse_qs
 
@@ -24,7 +27,10 @@ from studio.models import Membership
 from . import events, figures
 from .backlog import CHUNK, RolloutBacklog, backlog_join, backlog_leave, steps_text
 from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
+from .stream_watch import CLOSE_STREAM_LOST, stream_watch
 SUMMARY_EVERY_S = 0.5
+
+logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
@@ -54,6 +60,13 @@ def _visible_rollout(rollout_id: int, user, api_token) -> Rollout | None:
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
     """Accepts, then refuses with a close code unless the user may see the object."""
 
+    group: str | None = None
+    accepted = False
+
+    async def accept(self, *args, **kwargs):
+        self.accepted = True
+        await super().accept(*args, **kwargs)
+
     async def dispatch(self, message):
         # Channels' dispatch first hops to the one thread-sensitive sync thread to close stale
         # database connections, for every message: with 100 viewers that single thread becomes the
@@ -67,6 +80,38 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
     async def refuse(self, code: int) -> None:
         await self.accept()
         await self.close(code=code)
+
+    async def subscribe(self, group: str) -> bool:
+        """Join the group and the watch on its Redis; False (after closing with CLOSE_STREAM_LOST)
+        when the channel layer cannot be reached."""
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not subscribe to %s", group, exc_info=True)
+            await self.stream_lost()
+            return False
+        self.group = group
+        stream_watch().add(self)
+        return True
+
+    async def unsubscribe(self) -> None:
+        stream_watch().discard(self)
+        if self.group is not None:
+            group, self.group = self.group, None
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # noqa: BLE001 - Redis down: its subscriptions went with it
+                logger.warning("could not leave %s", group, exc_info=True)
+
+    async def stream_lost(self) -> None:
+        """The live stream broke (Redis down or restarted): say so, and close so the viewer reconnects."""
+        try:
+            if not self.accepted:
+                await self.accept()
+            await self.send_json({"type": "stream", "status": "lost"})
+            await self.close(code=CLOSE_STREAM_LOST)
+        except Exception:  # noqa: BLE001 - the viewer may be gone already
+            logger.debug("could not tell a viewer its stream was lost", exc_info=True)
 
     async def caller(self) -> tuple | None:
         """(user, api_token) of the connection, or None (after refusing) when nobody is logged in."""
@@ -114,7 +159,8 @@ class RolloutConsumer(_TeamScopedConsumer):
         self.finished = rollout.status in FINISHED_ROLLOUT_STATUSES
         await self.accept()
         # Subscribe first, read second: a step committed after the read is published after it too.
-        await self.channel_layer.group_add(events.rollout_group(rollout_id), self.channel_name)
+        if not await self.subscribe(events.rollout_group(rollout_id)):
+            return
         if self.catch_up:
             await self.send_stored_steps()
         if not self.finished:
@@ -123,8 +169,7 @@ class RolloutConsumer(_TeamScopedConsumer):
         await self.send_json({"type": "status", **events.rollout_status(rollout)})
 
     async def disconnect(self, code):
-        if self.rollout_id is not None:
-            await self.channel_layer.group_discard(events.rollout_group(self.rollout_id), self.channel_name)
+        await self.unsubscribe()
         if self.backlog is not None:
             backlog_leave(self.backlog)
             self.backlog = None
@@ -188,11 +233,12 @@ class RunConsumer(_TeamScopedConsumer):
         # Subscribe before reading the summary, so no status change falls between the two; one
         # database hop for the check and the summary, as connects queue on one sync thread.
         self.run_id = run_id
-        await self.channel_layer.group_add(events.run_group(run_id), self.channel_name)
+        if not await self.subscribe(events.run_group(run_id)):
+            return
         self.summary_sent_at = time.monotonic()
         summary = await database_sync_to_async(_run_summary_if_visible)(run_id, *caller)
         if summary is None:
-            await self.channel_layer.group_discard(events.run_group(run_id), self.channel_name)
+            await self.unsubscribe()
             self.run_id = None
             await self.refuse(CLOSE_NOT_FOUND)
             return
@@ -202,8 +248,7 @@ class RunConsumer(_TeamScopedConsumer):
     async def disconnect(self, code):
         if self.summary_task is not None:
             self.summary_task.cancel()
-        if self.run_id is not None:
-            await self.channel_layer.group_discard(events.run_group(self.run_id), self.channel_name)
+        await self.unsubscribe()
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
