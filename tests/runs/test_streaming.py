@@ -14,7 +14,7 @@ from channels.routing import URLRouter
 from django.db import connection
 from django.test import Client
 
-from runs import events, services
+from runs import backlog, events, services
 from runs.models import Rollout, RolloutStatus, Step
 from studio import services as studio_services
 from studio.asgi import application
@@ -332,6 +332,45 @@ def test_backlog_0_skips_stored_steps_and_forwards_only_live_ones(rollout, owner
     status, live = async_to_sync(scenario)()
     assert status["type"] == "status" and status["step_count"] == 100
     assert [s["index"] for s in live["steps"]] == [100, 101, 102]
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_viewers_joining_together_share_one_read_of_the_backlog_and_it_is_let_go_when_they_leave(rollout, owner, monkeypatch, finished):
+    """30 viewers open a stored 1,200-step rollout at once: each chunk is read from the database once,
+    every viewer gets every step once in order; once they have left the process holds none of it."""
+    write_and_publish(rollout, range(1200))
+    if finished:
+        set_status(rollout, RolloutStatus.SUCCEEDED)
+    reads = []
+    real_read = backlog.steps_after
+    monkeypatch.setattr(backlog, "steps_after", lambda rollout_id, after, *a: reads.append(after) or real_read(rollout_id, after, *a))
+    cookie = session_cookie(owner)
+
+    async def one_viewer():
+        comm = communicator(f"/ws/rollouts/{rollout.pk}/", cookie)
+        assert (await comm.connect())[0]
+        indexes, others = await collect_steps(comm, 1199)
+        others.append(await comm.receive_json_from(timeout=5))
+        return comm, indexes, others
+
+    async def scenario():
+        import asyncio
+
+        viewers = await asyncio.gather(*(one_viewer() for _ in range(30)))
+        held = backlog.open_backlogs()
+        for comm, _, _ in viewers:
+            await comm.disconnect()
+        return [(indexes, others) for _, indexes, others in viewers], held, backlog.open_backlogs()
+
+    seen, held, left = async_to_sync(scenario)()
+    assert all(indexes == list(range(1200)) for indexes, _ in seen)
+    assert all([m["type"] for m in others] == ["status"] for _, others in seen)
+    # Full chunks once; the last, short chunk (and the empty read after it) of a running rollout can
+    # still grow, so it is shared only by viewers who ask while it is being read.
+    assert reads.count(-1) == reads.count(499) == 1
+    if finished:
+        assert sorted(reads) == [-1, 499, 999]
+    assert held == 1 and left == 0
 
 
 # -- what a run viewer receives ---------------------------------------------------------------------------
