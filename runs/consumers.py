@@ -12,8 +12,6 @@ bad or revoked token), 4404 no such rollout or run in your teams (another team's
 restarted, `runs/stream_watch.py`), after a `{"type": "stream", "status": "lost"}` message: reconnect
 (with `after=` your last index) and you get what you missed from the database.
 """
-import asyncio
-import json
 import logging
 import time
 from urllib.parse import parse_qs
@@ -24,11 +22,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from studio.models import Membership
 
-from . import events, figures
+from . import events
 from .backlog import CHUNK, RolloutBacklog, backlog_join, backlog_leave, steps_text
+from .fanout import RunViewer, event_text, run_fanout
 from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
 from .stream_watch import CLOSE_STREAM_LOST, stream_watch
-SUMMARY_EVERY_S = 0.5
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +44,6 @@ def _team_ids(user, api_token):
 
 def _visible(model, pk: int, user, api_token) -> bool:
     return model.objects.filter(pk=pk, team_id__in=_team_ids(user, api_token)).exists()
-
-
-def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
-    return _run_summary_message(run_id) if _visible(Run, run_id, user, api_token) else None
 
 
 def _visible_rollout(rollout_id: int, user, api_token) -> Rollout | None:
@@ -205,7 +199,7 @@ class RolloutConsumer(_TeamScopedConsumer):
             await self.send(text_data=steps_text(self.rollout_id, steps))
         else:
             # The usual case: the batch follows on; every viewer gets the same text, encoded once.
-            await self.send(text_data=_shared_text("steps", event))
+            await self.send(text_data=event_text(event))
         self.last_index = steps[-1]["index"]
 
     async def rollout_status(self, event):
@@ -214,114 +208,59 @@ class RolloutConsumer(_TeamScopedConsumer):
             self.last_index = -1
             self.backlog.forget()
         await self.send_stored_steps(upto=event["step_count"] - 1)
-        await self.send(text_data=_shared_text("status", event))
+        await self.send(text_data=event_text(event))
 
 
 class RunConsumer(_TeamScopedConsumer):
-    """`ws/runs/<id>/`: a run summary, then every rollout's status and steps, and fresh summaries."""
+    """`ws/runs/<id>/[?batch=1]`: a run summary, then every rollout's status and steps, and fresh
+    summaries. Events come through the process's fan-out (`runs/fanout.py`), not a channel of each
+    viewer's own; `batch=1` (the run page) takes what arrives together as one `batch` message."""
 
-    run_id: int | None = None
-    summary_sent_at = 0.0
-    summary_wanted = 0.0
-    summary_task: asyncio.Task | None = None
+    channel_layer_alias = None  # no channel of its own: the fan-out's one channel serves every viewer
+    viewer: RunViewer | None = None
 
     async def connect(self):
         caller = await self.caller()
         if caller is None:
             return
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        # Subscribe before reading the summary, so no status change falls between the two; one
-        # database hop for the check and the summary, as connects queue on one sync thread.
-        self.run_id = run_id
-        if not await self.subscribe(events.run_group(run_id)):
-            return
-        self.summary_sent_at = time.monotonic()
-        summary = await database_sync_to_async(_run_summary_if_visible)(run_id, *caller)
-        if summary is None:
-            await self.unsubscribe()
-            self.run_id = None
+        batch = (self.query_param("batch") or "0") in ("1", "true", "yes")
+        if not await database_sync_to_async(_visible)(Run, run_id, *caller):
             await self.refuse(CLOSE_NOT_FOUND)
             return
+        # Subscribe before reading the summary, so no status change falls between the two; the
+        # summary is read once for all the viewers who joined before the read began.
+        self.viewer = RunViewer(run_id=run_id, send=self.send_text, batch=batch)
+        joined_at = time.monotonic()
+        if not await self.subscribe(events.run_group(run_id)):
+            self.viewer = None
+            return
+        summary = await run_fanout().summary_text(run_id, joined_at)
         await self.accept()
-        await self.send_json(summary)
+        await self.send(text_data=summary)
+        self.viewer.start()
+
+    async def subscribe(self, group: str) -> bool:
+        try:
+            await run_fanout().join(self.viewer)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not subscribe to %s", group, exc_info=True)
+            await self.stream_lost()
+            return False
+        stream_watch().add(self)
+        return True
+
+    async def unsubscribe(self) -> None:
+        stream_watch().discard(self)
+        if self.viewer is not None:
+            viewer, self.viewer = self.viewer, None
+            await run_fanout().leave(viewer)
 
     async def disconnect(self, code):
-        if self.summary_task is not None:
-            self.summary_task.cancel()
         await self.unsubscribe()
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
 
-    async def send_summary(self, wanted_at: float) -> None:
-        self.summary_sent_at = time.monotonic()
-        await self.send(text_data=await _shared_summary_text(self.run_id, wanted_at))
-
-    async def rollout_steps(self, event):
-        await self.send(text_data=_shared_text("steps", event))
-
-    async def rollout_status(self, event):
-        await self.send(text_data=_shared_text("status", event))
-        if event["status"] in FINISHED_ROLLOUT_STATUSES:
-            self.schedule_summary()
-
-    async def run_status(self, event):
-        # The run finished or was cancelled: its figures (status, controls) change with it.
-        self.schedule_summary()
-
-    def schedule_summary(self) -> None:
-        """At most one summary per SUMMARY_EVERY_S; a burst of finishes ends with one fresh summary
-        read after the last of them."""
-        self.summary_wanted = time.monotonic()
-        if self.summary_task is None or self.summary_task.done():
-            self.summary_task = asyncio.ensure_future(self._send_wanted_summaries())
-
-    async def _send_wanted_summaries(self) -> None:
-        while self.summary_wanted:
-            await asyncio.sleep(max(0.0, self.summary_sent_at + SUMMARY_EVERY_S - time.monotonic()))
-            wanted_at, self.summary_wanted = self.summary_wanted, 0.0
-            await self.send_summary(wanted_at)
-
-
-def _run_summary_message(run_id: int) -> dict:
-    run = Run.objects.select_related("environment_version").get(pk=run_id)
-    return figures.run_summary_message(run)
-
-
-# Every viewer of a run gets the same bytes for the same event: encode each event once per process,
-# and read a run's summary once for all the viewers that want it, not once each (100 viewers of a
-# run made the server spend most of its time re-encoding and re-querying; see bench_streaming).
-_encoded: dict[tuple, str] = {}
-_ENCODED_KEEP = 512
-_summaries: dict[int, tuple[float, str]] = {}
-_summary_locks: dict[tuple[int, int], asyncio.Lock] = {}
-
-
-def _shared_text(kind: str, event: dict) -> str:
-    if kind == "steps":
-        steps = event["steps"]
-        # Timings tell a retried attempt's steps from the first one's with the same indexes.
-        key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
-        encode = lambda: steps_text(event["rollout_id"], steps)  # noqa: E731
-    else:
-        key = ("status", *(repr(event.get(k)) for k in sorted(event)))
-        encode = lambda: json.dumps({"type": "status", **{k: v for k, v in event.items() if k != "type"}})  # noqa: E731
-    text = _encoded.get(key)
-    if text is None:
-        if len(_encoded) >= _ENCODED_KEEP:
-            _encoded.pop(next(iter(_encoded)))
-        text = _encoded[key] = encode()
-    return text
-
-
-async def _shared_summary_text(run_id: int, wanted_at: float) -> str:
-    """The run's summary, read after `wanted_at` (a status change) by this or another consumer."""
-    lock = _summary_locks.setdefault((id(asyncio.get_running_loop()), run_id), asyncio.Lock())
-    async with lock:
-        cached = _summaries.get(run_id)
-        if cached is not None and cached[0] >= wanted_at:
-            return cached[1]
-        read_at = time.monotonic()
-        text = json.dumps(await database_sync_to_async(_run_summary_message)(run_id))
-        _summaries[run_id] = (read_at, text)
-        return text
+    async def send_text(self, text: str) -> None:
+        await self.send(text_data=text)

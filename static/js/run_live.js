@@ -224,7 +224,8 @@
   function connect() {
     if (done) return;
     const proto = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${proto}://${location.host}${body.dataset.wsPath}`);
+    // batch=1: events that arrive together come as one message (cheaper for the server with many viewers).
+    socket = new WebSocket(`${proto}://${location.host}${body.dataset.wsPath}?batch=1`);
     socket.onopen = () => {
       retry = 500;
       streamState(true);
@@ -234,6 +235,7 @@
     socket.onmessage = (e) => {
       const m = JSON.parse(e.data);
       if (m.type === "stream") streamState(false);
+      else if (m.type === "batch") m.messages.forEach(handle);
       else handle(m);
     };
     socket.onclose = () => {
