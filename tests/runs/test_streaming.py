@@ -15,6 +15,7 @@ from django.db import connection
 from django.test import Client
 
 from runs import backlog, events, services
+from runs.fanout import run_fanout
 from runs.models import Rollout, RolloutStatus, Step
 from studio import services as studio_services
 from studio.asgi import application
@@ -399,6 +400,46 @@ def test_run_viewer_gets_summary_statuses_steps_and_a_fresh_summary_after_a_fini
     assert rest[0]["rollout_id"] == first.pk and rest[1]["status"] == "failed"
     # Two finishes in a row give one summary (throttled), read after both.
     assert rest[2]["summary"]["done"] == 2
+
+
+def test_run_viewers_share_one_subscription_and_batched_ones_get_the_same_messages_together(run, owner):
+    """30 viewers of a run (half asking for batches) are one member of the run's group; each gets every
+    message once, in order; once they have left the process follows the run no more."""
+    first, second = run.rollouts.order_by("id")
+    cookie = session_cookie(owner)
+
+    async def read(comm, until_done: int) -> list[dict]:
+        messages = []
+        while not (messages and messages[-1]["type"] == "run" and messages[-1]["summary"]["done"] == until_done):
+            frame = await comm.receive_json_from(timeout=5)
+            messages.extend(frame["messages"] if frame["type"] == "batch" else [frame])
+        return messages
+
+    async def scenario():
+        import asyncio
+
+        comms = [communicator(f"/ws/runs/{run.pk}/" + ("?batch=1" if i % 2 else ""), cookie) for i in range(30)]
+        for comm in comms:
+            assert (await comm.connect())[0]
+        fanout = run_fanout()
+        members = len(fanout.viewers[run.pk])
+        await async_to_sync_in_thread(write_and_publish, first, range(0, 3))
+        await async_to_sync_in_thread(write_and_publish, second, range(0, 2))
+        await async_to_sync_in_thread(write_and_publish, first, range(3, 5))
+        await async_to_sync_in_thread(set_status, first, RolloutStatus.SUCCEEDED)
+        await async_to_sync_in_thread(set_status, second, RolloutStatus.FAILED)
+        seen = await asyncio.gather(*(read(comm, 2) for comm in comms))
+        for comm in comms:
+            await comm.disconnect()
+        return seen, members, dict(fanout.viewers)
+
+    seen, members, left = async_to_sync(scenario)()
+    assert members == 30 and left == {}
+    for messages in seen:
+        assert messages[0]["type"] == "run"
+        steps = [(m["rollout_id"], s["index"]) for m in messages if m["type"] == "steps" for s in m["steps"]]
+        assert steps == [(first.pk, 0), (first.pk, 1), (first.pk, 2), (second.pk, 0), (second.pk, 1), (first.pk, 3), (first.pk, 4)]
+        assert [(m["rollout_id"], m["status"]) for m in messages if m["type"] == "status"] == [(first.pk, "succeeded"), (second.pk, "failed")]
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
