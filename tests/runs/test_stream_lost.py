@@ -77,9 +77,14 @@ def test_viewer_is_told_when_redis_is_lost_and_resyncs_to_the_final_status(tmp_p
             while len(indexes) < 15:
                 indexes.extend(step["index"] for step in json.loads(viewer.recv(timeout=10))["steps"])
 
-            private_redis.kill()
-            code, others = read_until_closed(viewer, indexes, statuses)
+            with connect(f"{url.replace('http', 'ws')}/ws/runs/{run.pk}/?token={token}&batch=1", origin=url,
+                         open_timeout=30) as run_viewer:
+                assert json.loads(run_viewer.recv(timeout=10))["type"] == "run"
+                private_redis.kill()
+                code, others = read_until_closed(viewer, indexes, statuses)
+                run_code, run_others = read_until_closed(run_viewer, [], [])
         assert code == 4503 and others == [{"type": "stream", "status": "lost"}], (code, others)
+        assert run_code == 4503 and run_others[-1] == {"type": "stream", "status": "lost"}, (run_code, run_others)
 
         # While Redis is down the rollout goes on and ends; none of it reaches a channel layer.
         store_and_publish(rollout, range(15, 25))
