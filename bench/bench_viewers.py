@@ -183,8 +183,12 @@ async def follow_run(url: str, port: int, viewers: int, first: int, ready) -> li
 
 
 def live_child_main(url: str, port: int, viewers: int, first: int) -> None:
-    """Child mode: READY once connected, then one JSON line of results."""
-    print(json.dumps(asyncio.run(follow_run(url, port, viewers, first, lambda: print("READY", flush=True)))), flush=True)
+    """Child mode: READY once connected, then one JSON line of results (with its CPU while following)."""
+    cpu = []
+    results = asyncio.run(follow_run(url, port, viewers, first, lambda: (cpu.append(time.process_time()), print("READY", flush=True))))
+    for result in results:
+        result["child_cpu_s"] = (time.process_time() - cpu[0]) / len(results)
+    print(json.dumps(results), flush=True)
 
 
 def bench_live(port: int, server_pid: int, token: str, run, rollouts, viewers: int, steps_each: int, processes: int) -> dict:
@@ -209,12 +213,12 @@ def bench_live(port: int, server_pid: int, token: str, run, rollouts, viewers: i
             if writer.due():
                 writer.flush()
             time.sleep(0.005)
-        writer.flush()
         last_publish.append(time.time())
+        writer.flush()
         Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.SUCCEEDED)
         events.publish_rollout(Rollout.objects.get(pk=rollout.pk))
 
-    last_publish: list[float] = []
+    last_publish: list[float] = []  # when each rollout's last batch went out (or just after)
     cpu_before = cpu_seconds(server_pid)
     for thread in [in_thread(play, rollout) for rollout in rollouts]:
         thread.join()
@@ -236,6 +240,7 @@ def bench_live(port: int, server_pid: int, token: str, run, rollouts, viewers: i
         "final_summary": sum(1 for r in results if r["final_summary"]),
         "connect_all_s": connect_s,
         "server_cpu_s": server_cpu_s,
+        "viewers_cpu_s": sum(r["child_cpu_s"] for r in results),
     }
 
 
@@ -279,7 +284,7 @@ def main():
         server.wait(10)
 
     def ratio(many, one):
-        return f"{many / one:.1f}x" if one else "-"
+        return f"{many / one:.1f}x" if one > 0 else "-"
 
     rows = []
     if args.only != "live":
@@ -330,6 +335,8 @@ def live_rows(args, l1, ln, ratio):
          ratio(ln["p95_viewer_max_lag_ms"], l1["p95_viewer_max_lag_ms"]), ""),
         ("live: server CPU while publishing", f"{l1['server_cpu_s']:.2f} s", f"{ln['server_cpu_s']:.2f} s",
          ratio(ln["server_cpu_s"], l1["server_cpu_s"]), ""),
+        ("live: the viewers' own processes' CPU meanwhile", f"{l1['viewers_cpu_s']:.2f} s", f"{ln['viewers_cpu_s']:.2f} s",
+         ratio(ln["viewers_cpu_s"], l1["viewers_cpu_s"]), "(same 2 cores)"),
         ("live: viewers given the final summary", f"{l1['final_summary']}/{l1['viewers']}", f"{ln['final_summary']}/{ln['viewers']}", "", ""),
         ("live: connect all viewers", f"{l1['connect_all_s']:.2f} s", f"{ln['connect_all_s']:.2f} s", "", ""),
     ]

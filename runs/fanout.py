@@ -4,8 +4,8 @@ one encoding per event, however many viewers.
 With a channel-layer subscription per viewer, each event was decoded, dispatched and sent once per
 viewer, and 1,000 viewers of a run fell tens of seconds behind (bench/bench_viewers.py). Here one
 channel of the process joins the run's group; each event becomes text once and is appended to each
-viewer's outbox; a viewer's writer sends what its outbox holds, at most every BATCH_EVERY_S (the first
-event after a quiet spell at once). A viewer that asked for batches (`?batch=1`, the run page) gets
+viewer's outbox; a viewer's writer sends what its outbox holds, at most every BATCH_EVERY_S with many
+viewers (less with few: BATCH_FULL_AT; the first event after a quiet spell at once). A viewer that asked for batches (`?batch=1`, the run page) gets
 everything waiting as one `{"type": "batch", "messages": [...]}` frame, others one frame per message.
 """
 import asyncio
@@ -24,6 +24,9 @@ from .models import FINISHED_ROLLOUT_STATUSES, Run
 logger = logging.getLogger(__name__)
 
 BATCH_EVERY_S = 0.2
+# The spacing grows with the run's viewers in this process, full from this many on: a lone viewer
+# gets each event at once, a thousand get a frame each every BATCH_EVERY_S.
+BATCH_FULL_AT = 100
 SUMMARY_EVERY_S = 0.5
 
 
@@ -66,6 +69,7 @@ class RunViewer:
         self.outbox: list[str] = []
         self.wake = asyncio.Event()
         self.sent_at = 0.0
+        self.spacing = BATCH_EVERY_S
         self.writer: asyncio.Task | None = None
         self.summary_sent_at = time.monotonic()
         self.summary_wanted = 0.0
@@ -87,7 +91,7 @@ class RunViewer:
     async def _write(self) -> None:
         while True:
             await self.wake.wait()
-            wait = self.sent_at + BATCH_EVERY_S - time.monotonic()
+            wait = self.sent_at + self.spacing - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
             self.wake.clear()
@@ -170,7 +174,9 @@ class RunFanout:
         text = event_text(event) if kind in ("rollout.steps", "rollout.status") else None
         # The run finished or was cancelled, or a rollout finished: the figures change with it.
         summary = kind == "run.status" or (kind == "rollout.status" and event["status"] in FINISHED_ROLLOUT_STATUSES)
+        spacing = BATCH_EVERY_S * min(1.0, len(viewers) / BATCH_FULL_AT)
         for viewer in list(viewers):
+            viewer.spacing = spacing
             if text is not None:
                 viewer.push(text)
             if summary:
