@@ -17,6 +17,9 @@ clients authenticated by an API token, spread over child processes as browsers w
    delivered once to every viewer, worst lag (publish to a viewer's receipt) under 1 s. The viewers'
    own processes share the machine's cores with the server: their decoding is part of the lag.
 Each figure is printed beside the same measure for one viewer (the ratio base), measured in the same run.
+The viewers' processes share the machine with the server (and, on a shared development box, with
+everything else running there): the server's CPU seconds are the figure that does not depend on it;
+the latencies include the viewers' own handshakes and decoding.
 
 Its own database (`studio_bench_viewers`, created and migrated if missing); ids from 10^9 up, so its
 channel groups do not meet those of a dev server on the same Redis.
