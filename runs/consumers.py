@@ -4,7 +4,9 @@ The events come from `runs/events.py` (the one emitter). The rollout consumer jo
 it reads the stored steps, so every step is either stored by then or arrives live; it remembers the
 last index it sent, drops live steps at or below it and fetches from the database any it missed,
 so a viewer sees each index once, in order. Channels hands a consumer one message at a time, and
-`connect` is one of them: live messages wait in the queue until the backlog is out.
+`connect` is one of them: live messages wait in the queue until the backlog is out. Its stored steps
+come from the rollout's shared backlog (`runs/backlog.py`). Run viewers have no channel of their own:
+the process's fan-out (`runs/fanout.py`) follows each run once for all of them.
 
 Close codes (after accepting, so the code reaches the client): 4401 not authenticated (no session,
 bad or revoked token), 4404 no such rollout or run in your teams (another team's looks the same),
