@@ -4,14 +4,17 @@ The events come from `runs/events.py` (the one emitter). The rollout consumer jo
 it reads the stored steps, so every step is either stored by then or arrives live; it remembers the
 last index it sent, drops live steps at or below it and fetches from the database any it missed,
 so a viewer sees each index once, in order. Channels hands a consumer one message at a time, and
-`connect` is one of them: live messages wait in the queue until the backlog is out.
+`connect` is one of them: live messages wait in the queue until the backlog is out. Its stored steps
+come from the rollout's shared backlog (`runs/backlog.py`). Run viewers have no channel of their own:
+the process's fan-out (`runs/fanout.py`) follows each run once for all of them.
 
 Close codes (after accepting, so the code reaches the client): 4401 not authenticated (no session,
 bad or revoked token), 4404 no such rollout or run in your teams (another team's looks the same),
-4400 a malformed query string.
+4400 a malformed query string; 4503 the live stream broke (the channel layer's Redis is down or
+restarted, `runs/stream_watch.py`), after a `{"type": "stream", "status": "lost"}` message: reconnect
+(with `after=` your last index) and you get what you missed from the database.
 """
-import asyncio
-import json
+import logging
 import time
 from urllib.parse import parse_qs
 
@@ -21,37 +24,44 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from studio.models import Membership
 
-from . import events, figures
-from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run, Step
+from . import events
+from .backlog import CHUNK, RolloutBacklog, backlog_join, backlog_leave, steps_text
+from .fanout import RunViewer, event_text, run_fanout
+from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
+from .stream_watch import CLOSE_STREAM_LOST, stream_watch
 
-CHUNK = 500
-SUMMARY_EVERY_S = 0.5
+logger = logging.getLogger(__name__)
 
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-def _visible(model, pk: int, user, api_token) -> bool:
-    """Whether the object is in one of the caller's teams (a token's: its own team only)."""
+def _team_ids(user, api_token):
+    """The caller's teams (a token's: its own team only)."""
     if api_token is not None:
-        team_ids = [api_token.team_id]
-    else:
-        team_ids = Membership.objects.filter(user=user).values("team_id")
-    return model.objects.filter(pk=pk, team_id__in=team_ids).exists()
+        return [api_token.team_id]
+    return Membership.objects.filter(user=user).values("team_id")
 
 
-def _run_summary_if_visible(run_id: int, user, api_token) -> dict | None:
-    return _run_summary_message(run_id) if _visible(Run, run_id, user, api_token) else None
+def _visible(model, pk: int, user, api_token) -> bool:
+    return model.objects.filter(pk=pk, team_id__in=_team_ids(user, api_token)).exists()
 
 
-def _steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
-    rows = Step.objects.filter(rollout_id=rollout_id, index__gt=after).order_by("index").values(*events.STEP_FIELDS, "artifact")[:limit]
-    return list(rows)
+def _visible_rollout(rollout_id: int, user, api_token) -> Rollout | None:
+    """The rollout if it is in one of the caller's teams (one database hop for check and read)."""
+    return Rollout.objects.filter(pk=rollout_id, team_id__in=_team_ids(user, api_token)).first()
 
 
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
     """Accepts, then refuses with a close code unless the user may see the object."""
+
+    group: str | None = None
+    accepted = False
+
+    async def accept(self, *args, **kwargs):
+        self.accepted = True
+        await super().accept(*args, **kwargs)
 
     async def dispatch(self, message):
         # Channels' dispatch first hops to the one thread-sensitive sync thread to close stale
@@ -67,6 +77,38 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         await self.close(code=code)
 
+    async def subscribe(self, group: str) -> bool:
+        """Join the group and the watch on its Redis; False (after closing with CLOSE_STREAM_LOST)
+        when the channel layer cannot be reached."""
+        try:
+            await self.channel_layer.group_add(group, self.channel_name)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not subscribe to %s", group, exc_info=True)
+            await self.stream_lost()
+            return False
+        self.group = group
+        stream_watch().add(self)
+        return True
+
+    async def unsubscribe(self) -> None:
+        stream_watch().discard(self)
+        if self.group is not None:
+            group, self.group = self.group, None
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # noqa: BLE001 - Redis down: its subscriptions went with it
+                logger.warning("could not leave %s", group, exc_info=True)
+
+    async def stream_lost(self) -> None:
+        """The live stream broke (Redis down or restarted): say so, and close so the viewer reconnects."""
+        try:
+            if not self.accepted:
+                await self.accept()
+            await self.send_json({"type": "stream", "status": "lost"})
+            await self.close(code=CLOSE_STREAM_LOST)
+        except Exception:  # noqa: BLE001 - the viewer may be gone already
+            logger.debug("could not tell a viewer its stream was lost", exc_info=True)
+
     async def caller(self) -> tuple | None:
         """(user, api_token) of the connection, or None (after refusing) when nobody is logged in."""
         user = self.scope.get("user")
@@ -81,9 +123,14 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
 
 
 class RolloutConsumer(_TeamScopedConsumer):
-    """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live."""
+    """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live.
+
+    The stored steps come from the rollout's shared backlog (`runs/backlog.py`): read and encoded once
+    per process for all the viewers who join, whatever their number."""
 
     rollout_id: int | None = None
+    backlog: RolloutBacklog | None = None
+    finished = False
     last_index = -1
     catch_up = True
 
@@ -98,22 +145,30 @@ class RolloutConsumer(_TeamScopedConsumer):
         if caller is None:
             return
         rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        if not await database_sync_to_async(_visible)(Rollout, rollout_id, *caller):
+        rollout = await database_sync_to_async(_visible_rollout)(rollout_id, *caller)
+        if rollout is None:
             await self.refuse(CLOSE_NOT_FOUND)
             return
         self.rollout_id = rollout_id
+        self.backlog = backlog_join(rollout_id)
+        # A rollout finished before we subscribe sends nothing live: its stored steps are all there is.
+        self.finished = rollout.status in FINISHED_ROLLOUT_STATUSES
         await self.accept()
         # Subscribe first, read second: a step committed after the read is published after it too.
-        await self.channel_layer.group_add(events.rollout_group(rollout_id), self.channel_name)
+        if not await self.subscribe(events.rollout_group(rollout_id)):
+            return
         if self.catch_up:
             await self.send_stored_steps()
-        rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
-        await self.send_stored_steps(upto=rollout.step_count - 1)
+        if not self.finished:
+            rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
+            await self.send_stored_steps(upto=rollout.step_count - 1)
         await self.send_json({"type": "status", **events.rollout_status(rollout)})
 
     async def disconnect(self, code):
-        if self.rollout_id is not None:
-            await self.channel_layer.group_discard(events.rollout_group(self.rollout_id), self.channel_name)
+        await self.unsubscribe()
+        if self.backlog is not None:
+            backlog_leave(self.backlog)
+            self.backlog = None
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
@@ -123,142 +178,91 @@ class RolloutConsumer(_TeamScopedConsumer):
         if not self.catch_up or (upto is not None and upto <= self.last_index):
             return
         while True:
-            rows = await database_sync_to_async(_steps_after)(self.rollout_id, self.last_index)
-            if not rows:
+            frame = await self.backlog.frame_after(self.last_index, finished=self.finished)
+            if frame is None:
                 return
-            await self.send_steps(rows)
-            if len(rows) < CHUNK or (upto is not None and self.last_index >= upto):
+            await self.send(text_data=frame.text)
+            self.last_index = frame.last_index
+            if frame.count < CHUNK or (upto is not None and self.last_index >= upto):
                 return
-
-    async def send_steps(self, steps: list[dict]) -> None:
-        await self.send_json({"type": "steps", "rollout_id": self.rollout_id, "steps": [events.step_json(s, rollout_id=self.rollout_id) for s in steps]})
-        self.last_index = steps[-1]["index"]
 
     async def rollout_steps(self, event):
-        steps = sorted((s for s in event["steps"] if s["index"] > self.last_index), key=lambda s: s["index"])
-        if not steps:
-            return
-        if steps[0]["index"] > self.last_index + 1:
-            # Missed some (subscribed a moment late, or a publish was lost): they are stored by now.
-            await self.send_stored_steps(upto=steps[0]["index"] - 1)
-            steps = [s for s in steps if s["index"] > self.last_index]
+        steps = event["steps"]
+        if steps[0]["index"] != self.last_index + 1 or any(b["index"] != a["index"] + 1 for a, b in zip(steps, steps[1:])):
+            steps = sorted((s for s in steps if s["index"] > self.last_index), key=lambda s: s["index"])
             if not steps:
                 return
-        await self.send_steps(steps)
+            if steps[0]["index"] > self.last_index + 1:
+                # Missed some (subscribed a moment late, or a publish was lost): they are stored by now.
+                await self.send_stored_steps(upto=steps[0]["index"] - 1)
+                steps = [s for s in steps if s["index"] > self.last_index]
+                if not steps:
+                    return
+            await self.send(text_data=steps_text(self.rollout_id, steps))
+        else:
+            # The usual case: the batch follows on; every viewer gets the same text, encoded once.
+            await self.send(text_data=event_text(event))
+        self.last_index = steps[-1]["index"]
 
     async def rollout_status(self, event):
         if event["status"] == RolloutStatus.RUNNING and event["step_count"] == 0:
             # A redelivered task starts the episode again from step 0 (its partial steps were deleted).
             self.last_index = -1
+            self.backlog.forget()
         await self.send_stored_steps(upto=event["step_count"] - 1)
-        await self.send_json({"type": "status", **{k: v for k, v in event.items() if k != "type"}})
+        await self.send(text_data=event_text(event))
 
 
 class RunConsumer(_TeamScopedConsumer):
-    """`ws/runs/<id>/`: a run summary, then every rollout's status and steps, and fresh summaries."""
+    """`ws/runs/<id>/[?batch=1]`: a run summary, then every rollout's status and steps, and fresh
+    summaries. Events come through the process's fan-out (`runs/fanout.py`), not a channel of each
+    viewer's own; `batch=1` (the run page) takes what arrives together as one `batch` message."""
 
-    run_id: int | None = None
-    summary_sent_at = 0.0
-    summary_wanted = 0.0
-    summary_task: asyncio.Task | None = None
+    channel_layer_alias = None  # no channel of its own: the fan-out's one channel serves every viewer
+    viewer: RunViewer | None = None
 
     async def connect(self):
         caller = await self.caller()
         if caller is None:
             return
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        # Subscribe before reading the summary, so no status change falls between the two; one
-        # database hop for the check and the summary, as connects queue on one sync thread.
-        self.run_id = run_id
-        await self.channel_layer.group_add(events.run_group(run_id), self.channel_name)
-        self.summary_sent_at = time.monotonic()
-        summary = await database_sync_to_async(_run_summary_if_visible)(run_id, *caller)
-        if summary is None:
-            await self.channel_layer.group_discard(events.run_group(run_id), self.channel_name)
-            self.run_id = None
+        batch = (self.query_param("batch") or "0") in ("1", "true", "yes")
+        if not await database_sync_to_async(_visible)(Run, run_id, *caller):
             await self.refuse(CLOSE_NOT_FOUND)
             return
+        # Subscribe before reading the summary, so no status change falls between the two; the
+        # summary is read once for all the viewers who joined before the read began.
+        self.viewer = RunViewer(run_id=run_id, send=self.send_text, batch=batch)
+        joined_at = time.monotonic()
+        if not await self.subscribe(events.run_group(run_id)):
+            self.viewer = None
+            return
+        summary = await run_fanout().summary_text(run_id, joined_at)
         await self.accept()
-        await self.send_json(summary)
+        await self.send(text_data=summary)
+        self.viewer.start()
+
+    async def subscribe(self, group: str) -> bool:
+        try:
+            await run_fanout().join(self.viewer)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not subscribe to %s", group, exc_info=True)
+            await self.stream_lost()
+            return False
+        stream_watch().add(self)
+        return True
+
+    async def unsubscribe(self) -> None:
+        stream_watch().discard(self)
+        if self.viewer is not None:
+            viewer, self.viewer = self.viewer, None
+            await run_fanout().leave(viewer)
 
     async def disconnect(self, code):
-        if self.summary_task is not None:
-            self.summary_task.cancel()
-        if self.run_id is not None:
-            await self.channel_layer.group_discard(events.run_group(self.run_id), self.channel_name)
+        await self.unsubscribe()
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
 
-    async def send_summary(self, wanted_at: float) -> None:
-        self.summary_sent_at = time.monotonic()
-        await self.send(text_data=await _shared_summary_text(self.run_id, wanted_at))
-
-    async def rollout_steps(self, event):
-        await self.send(text_data=_shared_text("steps", event))
-
-    async def rollout_status(self, event):
-        await self.send(text_data=_shared_text("status", event))
-        if event["status"] in FINISHED_ROLLOUT_STATUSES:
-            self.schedule_summary()
-
-    async def run_status(self, event):
-        # The run finished or was cancelled: its figures (status, controls) change with it.
-        self.schedule_summary()
-
-    def schedule_summary(self) -> None:
-        """At most one summary per SUMMARY_EVERY_S; a burst of finishes ends with one fresh summary
-        read after the last of them."""
-        self.summary_wanted = time.monotonic()
-        if self.summary_task is None or self.summary_task.done():
-            self.summary_task = asyncio.ensure_future(self._send_wanted_summaries())
-
-    async def _send_wanted_summaries(self) -> None:
-        while self.summary_wanted:
-            await asyncio.sleep(max(0.0, self.summary_sent_at + SUMMARY_EVERY_S - time.monotonic()))
-            wanted_at, self.summary_wanted = self.summary_wanted, 0.0
-            await self.send_summary(wanted_at)
-
-
-def _run_summary_message(run_id: int) -> dict:
-    run = Run.objects.select_related("environment_version").get(pk=run_id)
-    return figures.run_summary_message(run)
-
-
-# Every viewer of a run gets the same bytes for the same event: encode each event once per process,
-# and read a run's summary once for all the viewers that want it, not once each (100 viewers of a
-# run made the server spend most of its time re-encoding and re-querying; see bench_streaming).
-_encoded: dict[tuple, str] = {}
-_ENCODED_KEEP = 512
-_summaries: dict[int, tuple[float, str]] = {}
-_summary_locks: dict[tuple[int, int], asyncio.Lock] = {}
-
-
-def _shared_text(kind: str, event: dict) -> str:
-    if kind == "steps":
-        steps = event["steps"]
-        # Timings tell a retried attempt's steps from the first one's with the same indexes.
-        key = ("steps", event["rollout_id"], *((s["index"], s.get("elapsed_ms")) for s in steps))
-        message = lambda: {"type": "steps", "rollout_id": event["rollout_id"], "steps": [events.step_json(s, rollout_id=event["rollout_id"]) for s in steps]}  # noqa: E731
-    else:
-        key = ("status", *(repr(event.get(k)) for k in sorted(event)))
-        message = lambda: {"type": "status", **{k: v for k, v in event.items() if k != "type"}}  # noqa: E731
-    text = _encoded.get(key)
-    if text is None:
-        if len(_encoded) >= _ENCODED_KEEP:
-            _encoded.pop(next(iter(_encoded)))
-        text = _encoded[key] = json.dumps(message())
-    return text
-
-
-async def _shared_summary_text(run_id: int, wanted_at: float) -> str:
-    """The run's summary, read after `wanted_at` (a status change) by this or another consumer."""
-    lock = _summary_locks.setdefault((id(asyncio.get_running_loop()), run_id), asyncio.Lock())
-    async with lock:
-        cached = _summaries.get(run_id)
-        if cached is not None and cached[0] >= wanted_at:
-            return cached[1]
-        read_at = time.monotonic()
-        text = json.dumps(await database_sync_to_async(_run_summary_message)(run_id))
-        _summaries[run_id] = (read_at, text)
-        return text
+    async def send_text(self, text: str) -> None:
+        await self.send(text_data=text)

@@ -5,7 +5,8 @@
 set -eu
 HOST="${1:-127.0.0.1}"; PORT="${2:-8000}"
 mkdir -p var
-.venv/bin/celery -A studio worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}" -Q "${CELERY_QUEUE:-studio}" \
+# Without -Q the worker takes the studio's own queue (settings: CELERY_QUEUE, or one derived from the database).
+.venv/bin/celery -A studio worker --loglevel=INFO --concurrency="${WORKER_CONCURRENCY:-2}" \
   -n "worker-$PORT@%h" >"var/worker-$PORT.log" 2>&1 &
 WORKER=$!
 DB_POOL_MAX_SIZE="${DB_POOL_MAX_SIZE:-10}" .venv/bin/python manage.py episode_host >"var/episode-host-$PORT.log" 2>&1 &

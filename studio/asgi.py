@@ -6,7 +6,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.generic.websocket import WebsocketConsumer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
@@ -14,7 +13,7 @@ from django.urls import re_path  # noqa: E402
 from runs.protocols.openenv import ProtocolRoutes  # noqa: E402
 from runs.sessions.fast_path import SessionStepFastPath  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
-from studio.ws_auth import ProgramOriginValidator  # noqa: E402
+from studio.ws_auth import ProgramOriginValidator, SessionUnlessToken  # noqa: E402
 
 
 class UnknownPathConsumer(WebsocketConsumer):
@@ -33,7 +32,7 @@ application = ProtocolTypeRouter(
         "http": ProtocolRoutes(SessionStepFastPath(django_asgi_app)),
         # Browsers must come from an allowed host; programs (no Origin header) authenticate with a token.
         "websocket": ProtocolRoutes(ProgramOriginValidator(
-            AuthMiddlewareStack(URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())]))
+            SessionUnlessToken(URLRouter([*websocket_urlpatterns, re_path(r"", UnknownPathConsumer.as_asgi())]))
         )),
     }
 )

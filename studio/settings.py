@@ -1,4 +1,5 @@
 """Settings for Environment Studio, read from the environment with working local defaults."""
+import hashlib
 import os
 from pathlib import Path
 
@@ -217,10 +218,20 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+
+def deployment_tag(database_name: str, secret_key: str) -> str:
+    """A name of this studio for what it shares with others on one Redis: its database's name and its
+    SECRET_KEY (the same in every process of one studio), hashed. Redis pub/sub channels are global
+    across Redis database numbers, so two studios with one fixed prefix would see each other's events."""
+    return "st-" + hashlib.sha256(f"studio-deployment\0{database_name}\0{secret_key}".encode()).hexdigest()[:12]
+
+
+DEPLOYMENT_TAG = deployment_tag(DATABASES["default"]["NAME"], SECRET_KEY)
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": envstr("CHANNEL_LAYER_PREFIX", "asgi")},
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": envstr("CHANNEL_LAYER_PREFIX", DEPLOYMENT_TAG)},
     }
 }
 
@@ -229,7 +240,9 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "studio")
+# Lists live in one Redis database number, but two studios on the same one (REDIS_URL's default)
+# would take each other's tasks: the queue is this studio's own unless CELERY_QUEUE names one.
+CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", DEPLOYMENT_TAG)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -300,7 +313,7 @@ if DEPENV_BUILD_TIMEOUT_S <= 0:
 
 # Episode hosts hold interactive episodes (play, remote sessions); web processes reach them through Redis.
 EPISODE_HOST_REDIS_URL = envstr("EPISODE_HOST_REDIS_URL", REDIS_URL)
-EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", "studio")
+EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", DEPLOYMENT_TAG)  # Redis key prefix; see CELERY_TASK_DEFAULT_QUEUE
 EPISODES_MAX_OPEN_PER_TEAM = envint("EPISODES_MAX_OPEN_PER_TEAM", 256)
 EPISODE_STEP_WAIT_S = envint("EPISODE_STEP_WAIT_S", 300)
 SESSION_IDLE_TIMEOUT_S = envfloat("SESSION_IDLE_TIMEOUT_S", 300)

@@ -100,7 +100,7 @@ def celery_worker(celery_queue, tmp_path):
 def start_asgi_server(log_path: Path, *, env: dict | None = None, prefix: list[str] | None = None,
                       host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
     """The studio served by uvicorn on a free port, on the test database; returns (process, base URL).
-    `env` adds to its environment; `prefix` wraps the command and `host` is where it listens (e.g. in
+    `env` adds to its environment (a None value unsets the variable); `prefix` wraps the command and `host` is where it listens (e.g. in
     a network namespace: `ip netns exec NS`, its own address)."""
     from studio.celery import app
 
@@ -109,6 +109,7 @@ def start_asgi_server(log_path: Path, *, env: dict | None = None, prefix: list[s
         "DATABASE_URL": database_url(), "DEBUG": "true", "LOG_LEVEL": "WARNING",
         "CELERY_QUEUE": app.conf.task_default_queue, "EPISODE_HOST_PREFIX": settings.EPISODE_HOST_PREFIX,
     } | (env or {})
+    full_env = {key: value for key, value in full_env.items() if value is not None}  # None: leave it unset
     proc = subprocess.Popen(
         [*(prefix or []), str(BIN / "uvicorn"), "studio.asgi:application", "--host", host, "--port", str(port),
          "--log-level", "warning"],

@@ -278,16 +278,25 @@ function start(root) {
     render();
   }
 
+  // "● live" while the socket follows the rollout; while it is down (the server lost its Redis, or the
+  // network) the page says so and keeps reconnecting, then fills what it missed from the REST windows.
+  function streamState(up) {
+    el.live.hidden = state.finished;
+    el.live.textContent = up ? "● live" : "○ live stream lost, reconnecting…";
+    el.live.classList.toggle("stream-lost", !up);
+  }
+
   function connect() {
     if (state.finished || state.destroyed || !window.WebSocket) return;
     const proto = location.protocol === "https:" ? "wss" : "ws";
     // Resume after the last step we have; the REST windows serve history, so skip the backlog.
     const ws = new WebSocket(`${proto}://${location.host}${root.dataset.wsPath}?after=${state.lastIndex}&backlog=0`);
     state.socket = ws;
-    ws.onopen = () => { state.retry = 500; el.live.hidden = state.finished; };
+    ws.onopen = () => { state.retry = 500; streamState(true); };
     ws.onmessage = (e) => {
       const msg = JSON.parse(e.data);
       if (msg.type === "steps") onLiveSteps(msg.steps);
+      else if (msg.type === "stream") streamState(false);
       else if (msg.type === "status") {
         applyStatus(msg);
         if (msg.step_count > state.lastIndex + 1) catchUp(msg.step_count);
@@ -295,6 +304,7 @@ function start(root) {
     };
     ws.onclose = () => {
       if (state.finished || state.destroyed) return;
+      streamState(false);
       setTimeout(async () => { await catchUp(); connect(); }, state.retry);
       state.retry = Math.min(state.retry * 2, 10000);
     };

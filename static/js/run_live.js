@@ -210,24 +210,39 @@
   function finish() {
     if (done) return;
     done = true;
+    streamState(true);
     if (socket) socket.close();
     if (poller) { clearInterval(poller); poller = null; }
     const panel = document.getElementById("live-steps");
     if (panel) panel.hidden = true;
     reconcile();
   }
+  // While the socket is down (the server lost its Redis, or the network) the page says so, re-reads
+  // itself every few seconds and keeps reconnecting.
+  function streamState(up) {
+    const note = document.getElementById("run-stream");
+    if (note) note.hidden = up || done;
+  }
   function connect() {
     if (done) return;
     const proto = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${proto}://${location.host}${body.dataset.wsPath}`);
+    // batch=1: events that arrive together come as one message (cheaper for the server with many viewers).
+    socket = new WebSocket(`${proto}://${location.host}${body.dataset.wsPath}?batch=1`);
     socket.onopen = () => {
       retry = 500;
+      streamState(true);
       if (poller) { clearInterval(poller); poller = null; }
       reconcile();
     };
-    socket.onmessage = (e) => handle(JSON.parse(e.data));
+    socket.onmessage = (e) => {
+      const m = JSON.parse(e.data);
+      if (m.type === "stream") streamState(false);
+      else if (m.type === "batch") m.messages.forEach(handle);
+      else handle(m);
+    };
     socket.onclose = () => {
       if (done) return;
+      streamState(false);
       // While the socket is down, re-read the page every few seconds, and keep trying to reconnect.
       if (!poller) poller = setInterval(reconcile, 3000);
       setTimeout(connect, retry);

@@ -14,7 +14,8 @@ from channels.routing import URLRouter
 from django.db import connection
 from django.test import Client
 
-from runs import events, services
+from runs import backlog, events, services
+from runs.fanout import run_fanout
 from runs.models import Rollout, RolloutStatus, Step
 from studio import services as studio_services
 from studio.asgi import application
@@ -334,6 +335,45 @@ def test_backlog_0_skips_stored_steps_and_forwards_only_live_ones(rollout, owner
     assert [s["index"] for s in live["steps"]] == [100, 101, 102]
 
 
+@pytest.mark.parametrize("finished", [True, False])
+def test_viewers_joining_together_share_one_read_of_the_backlog_and_it_is_let_go_when_they_leave(rollout, owner, monkeypatch, finished):
+    """30 viewers open a stored 1,200-step rollout at once: each chunk is read from the database once,
+    every viewer gets every step once in order; once they have left the process holds none of it."""
+    write_and_publish(rollout, range(1200))
+    if finished:
+        set_status(rollout, RolloutStatus.SUCCEEDED)
+    reads = []
+    real_read = backlog.steps_after
+    monkeypatch.setattr(backlog, "steps_after", lambda rollout_id, after, *a: reads.append(after) or real_read(rollout_id, after, *a))
+    cookie = session_cookie(owner)
+
+    async def one_viewer():
+        comm = communicator(f"/ws/rollouts/{rollout.pk}/", cookie)
+        assert (await comm.connect())[0]
+        indexes, others = await collect_steps(comm, 1199)
+        others.append(await comm.receive_json_from(timeout=5))
+        return comm, indexes, others
+
+    async def scenario():
+        import asyncio
+
+        viewers = await asyncio.gather(*(one_viewer() for _ in range(30)))
+        held = backlog.open_backlogs()
+        for comm, _, _ in viewers:
+            await comm.disconnect()
+        return [(indexes, others) for _, indexes, others in viewers], held, backlog.open_backlogs()
+
+    seen, held, left = async_to_sync(scenario)()
+    assert all(indexes == list(range(1200)) for indexes, _ in seen)
+    assert all([m["type"] for m in others] == ["status"] for _, others in seen)
+    # Full chunks once; the last, short chunk (and the empty read after it) of a running rollout can
+    # still grow, so it is shared only by viewers who ask while it is being read.
+    assert reads.count(-1) == reads.count(499) == 1
+    if finished:
+        assert sorted(reads) == [-1, 499, 999]
+    assert held == 1 and left == 0
+
+
 # -- what a run viewer receives ---------------------------------------------------------------------------
 
 def test_run_viewer_gets_summary_statuses_steps_and_a_fresh_summary_after_a_finish(run, owner):
@@ -360,6 +400,46 @@ def test_run_viewer_gets_summary_statuses_steps_and_a_fresh_summary_after_a_fini
     assert rest[0]["rollout_id"] == first.pk and rest[1]["status"] == "failed"
     # Two finishes in a row give one summary (throttled), read after both.
     assert rest[2]["summary"]["done"] == 2
+
+
+def test_run_viewers_share_one_subscription_and_batched_ones_get_the_same_messages_together(run, owner):
+    """30 viewers of a run (half asking for batches) are one member of the run's group; each gets every
+    message once, in order; once they have left the process follows the run no more."""
+    first, second = run.rollouts.order_by("id")
+    cookie = session_cookie(owner)
+
+    async def read(comm, until_done: int) -> list[dict]:
+        messages = []
+        while not (messages and messages[-1]["type"] == "run" and messages[-1]["summary"]["done"] == until_done):
+            frame = await comm.receive_json_from(timeout=5)
+            messages.extend(frame["messages"] if frame["type"] == "batch" else [frame])
+        return messages
+
+    async def scenario():
+        import asyncio
+
+        comms = [communicator(f"/ws/runs/{run.pk}/" + ("?batch=1" if i % 2 else ""), cookie) for i in range(30)]
+        for comm in comms:
+            assert (await comm.connect())[0]
+        fanout = run_fanout()
+        members = len(fanout.viewers[run.pk])
+        await async_to_sync_in_thread(write_and_publish, first, range(0, 3))
+        await async_to_sync_in_thread(write_and_publish, second, range(0, 2))
+        await async_to_sync_in_thread(write_and_publish, first, range(3, 5))
+        await async_to_sync_in_thread(set_status, first, RolloutStatus.SUCCEEDED)
+        await async_to_sync_in_thread(set_status, second, RolloutStatus.FAILED)
+        seen = await asyncio.gather(*(read(comm, 2) for comm in comms))
+        for comm in comms:
+            await comm.disconnect()
+        return seen, members, dict(fanout.viewers)
+
+    seen, members, left = async_to_sync(scenario)()
+    assert members == 30 and left == {}
+    for messages in seen:
+        assert messages[0]["type"] == "run"
+        steps = [(m["rollout_id"], s["index"]) for m in messages if m["type"] == "steps" for s in m["steps"]]
+        assert steps == [(first.pk, 0), (first.pk, 1), (first.pk, 2), (second.pk, 0), (second.pk, 1), (first.pk, 3), (first.pk, 4)]
+        assert [(m["rollout_id"], m["status"]) for m in messages if m["type"] == "status"] == [(first.pk, "succeeded"), (second.pk, "failed")]
 
 
 # -- helpers -------------------------------------------------------------------------------------------------
