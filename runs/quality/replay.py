@@ -10,7 +10,10 @@ import logging
 
 from django.conf import settings
 
-from ..episodes.setup import effective_limits, task_of
+from environments.dependencies.services import DependenciesNotReady
+
+from ..artifacts import arrays_fingerprint
+from ..episodes.setup import effective_limits, task_of, version_sandbox_config
 from ..models import Rollout, Step
 from ..sandbox import SandboxError, SandboxLimits
 from ..sandbox.backends import sandbox_for
@@ -57,7 +60,11 @@ class Replayer:
             self.close()
         if self.sandbox is None:
             self.served = 0
-            self.sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+            try:
+                config = version_sandbox_config(self.version)
+            except DependenciesNotReady as exc:
+                raise SandboxError(exc.message) from None
+            self.sandbox = sandbox_for(settings.SANDBOX_BACKEND, config)
             self.sandbox.start(self.version.files, mode="env", entrypoint=self.version.manifest["entrypoint"], limits=self.limits)
         return self.sandbox
 
@@ -78,13 +85,13 @@ class Replayer:
             sandbox = self._started()
             self.served += 1
             observation = sandbox.reset(task, rollout.seed)
-            if same_version and observation != rollout.initial_observation:
+            if same_version and arrays_fingerprint(observation) != arrays_fingerprint(rollout.initial_observation):
                 outcome.diverged_at = 0
             for index, action, stored_observation, info in steps:
                 if isinstance(info, dict) and "agent_error" in info:
                     continue  # the environment never saw this action
                 observation, *_ = sandbox.step(action)
-                if same_version and outcome.diverged_at is None and observation != stored_observation:
+                if same_version and outcome.diverged_at is None and arrays_fingerprint(observation) != arrays_fingerprint(stored_observation):
                     outcome.diverged_at = index
             outcome.reward, outcome.reason = sandbox.verify(timeout=self.verify_timeout_s)
         except SandboxError as exc:

@@ -61,13 +61,19 @@ def env_interface(version) -> dict:
     environments, a failing reset): the probes then try text and common shapes."""
     from django.conf import settings
 
-    from ..episodes.setup import effective_limits
+    from environments.dependencies.services import DependenciesNotReady
+
+    from ..episodes.setup import effective_limits, version_sandbox_config
     from ..sandbox import SandboxError, SandboxLimits
     from ..sandbox.backends import sandbox_for
 
     if (version.manifest.get("kind") or "python") != "python" or not version.tasks:
         return {}
-    sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+    try:
+        config = version_sandbox_config(version)  # a plugin environment loads in its dependency environment
+    except DependenciesNotReady:
+        return {}
+    sandbox = sandbox_for(settings.SANDBOX_BACKEND, config)
     try:
         sandbox.start(version.files, mode="env", entrypoint=version.manifest["entrypoint"],
                       limits=SandboxLimits.from_dict(effective_limits(version, None)))

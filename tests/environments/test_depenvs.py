@@ -279,3 +279,18 @@ def test_a_set_built_on_another_host_is_built_here_before_the_first_sandbox(deps
         for folder, _dirs, _files in os.walk(here):
             os.chmod(folder, 0o755)
         shutil.rmtree(here, ignore_errors=True)
+
+
+def test_audits_load_a_plugin_environment_in_its_dependency_environment(deps, team, owner):
+    """An audit's own sandboxes (the action space its probes speak, replays for verifier regression)
+    import the plugin from the version's set, as rollouts do."""
+    from runs.quality.replay import Replayer
+    from runs.quality.services import env_interface
+
+    version = commit(team, owner, "counter", package_files(entrypoint=PLUGIN_ENTRYPOINT, dependencies=[PLUGIN]))
+    assert build(version) == "ready"
+    assert env_interface(version)["action_space"] == {"type": "discrete", "n": 2, "start": 0}
+    rollout = play_one(team, owner, version, scripted_agent(team, owner, ALWAYS_ADD), task_id="t1", seed=2)
+    with Replayer(version) as replayer:
+        replayed = replayer.replay(rollout)
+    assert replayed.error == "" and replayed.diverged_at is None
