@@ -11,7 +11,9 @@ window.StudioObservations = (function () {
       const a = v[ARRAY];
       const head = `${a.dtype} array ${a.shape.join("×")}`;
       if (a.data !== undefined) return a.data;
-      return isImage(a) ? `<${head}: image>` : `<${head}>`;
+      // The start of its digest: a frame that changed reads as a changed line.
+      const digest = a.sha256 ? `sha256 ${a.sha256.slice(0, 8)}` : "";
+      return `<${head}${isImage(a) ? ": image" : ""}${digest ? (isImage(a) ? ", " : ": ") + digest : ""}>`;
     }
     if (Array.isArray(v)) return v.map(forText);
     if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, forText(x)]));
