@@ -43,6 +43,7 @@ from runs import services  # noqa: E402
 from runs.models import Agent, Run  # noqa: E402
 from runs.sandbox import ProcessSandbox, SandboxLimits  # noqa: E402
 from runs.sandbox.process import SDK_PATH  # noqa: E402
+from runs.episodes import writer  # noqa: E402
 from runs.tasks import execute_rollout  # noqa: E402
 from studio.models import Team  # noqa: E402
 
@@ -153,6 +154,13 @@ def main():
             results = [whole_path(team, version, kind, args.steps) for _ in range(args.repeat)]
             rows.append((f"whole path, {kind} agent (sandboxes, PNG storage, DB)", statistics.median(r[0] for r in results)))
             stored[kind] = results[-1][1]
+        # The same, with each flush storing its frames itself (no background threads): what they save.
+        threads, writer.ARTIFACT_THREADS = writer.ARTIFACT_THREADS, 0
+        try:
+            results = [whole_path(team, version, "scripted", args.steps) for _ in range(args.repeat)]
+        finally:
+            writer.ARTIFACT_THREADS = threads
+        rows.append(("  the same, frames stored in the flush (no threads)", statistics.median(r[0] for r in results)))
 
         load = os.getloadavg()[0]
         print(f"\nsteps/s, pixel catch (210x160x3 uint8 frames), {args.steps} steps per episode, median of {args.repeat}"
@@ -164,6 +172,8 @@ def main():
         for kind, (files, row) in stored.items():
             print(f"{kind + ' agent':<58}{files / 1024:>8.2f}KB{row / 1024:>9.2f}KB")
         whole = min(rate for name, rate in rows if name.startswith("whole path"))
+        print(f"\n(a 2-core machine shared with other work: load average {os.getloadavg()[0]:.1f} at the end;"
+              " the ratios are the figures to compare between runs)")
         per_frame = max(files + row for files, row in stored.values())
         print(f"\ntargets: >= 500 steps/s per worker through the whole path: {whole:,.0f} "
               f"{'met' if whole >= 500 else 'MISSED'}; < 30 KB stored per frame: {per_frame / 1024:.2f} KB "

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 FLUSH_EVERY_S = 0.2
 FLUSH_EVERY_STEPS = 1000
 HEARTBEAT_EVERY_S = 1.0
-# Threads that store steps' files ahead of their flush (PNG encoding and file writes release the GIL).
+# Threads that store steps' files ahead of their flush (PNG encoding and file writes release the GIL);
+# 0 stores them in the flush itself (bench/bench_images.py measures both in one run).
 ARTIFACT_THREADS = 2
 
 _artifact_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
@@ -66,7 +67,7 @@ class StepWriter:
         self.pending.append(step)
         self.step_count += 1
         self.total_reward += step["reward"] or 0.0
-        if step_has_artifacts(step):
+        if ARTIFACT_THREADS and step_has_artifacts(step):
             self.storing[id(step)] = (step, artifact_pool().submit(step_artifacts_store, rollout_id=self.rollout.pk, step=step))
 
     def stored_ahead(self, steps: list[dict]) -> None:
