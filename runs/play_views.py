@@ -60,6 +60,7 @@ def play_page(request, play_id):
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
     return render(request, "runs/play.html", {
         "play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout, "discrete_actions": _discrete_actions(play.action_space),
+        "action_space_json": json.dumps(play.action_space) if play.action_space else "",
     })
 
 

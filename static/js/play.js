@@ -11,7 +11,8 @@
 
   function showObservation(observation) {
     observations.showImages($("play-obs-images"), observation);
-    $("play-observation").textContent = JSON.stringify(observations.forText(observation), null, 2);
+    const text = observations.forText(observation);
+    $("play-observation").textContent = typeof text === "string" ? text : JSON.stringify(text, null, 2);
   }
   if (!browser) {
     showObservation(JSON.parse($("play-initial").textContent));

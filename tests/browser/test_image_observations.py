@@ -9,6 +9,7 @@ from runs.models import RolloutStatus
 from tests.browser.conftest import log_in
 from tests.conftest import PASSWORD
 from tests.environments.depenv_support import build, deps, depenv_root, plugin_wheels  # noqa: F401 - fixtures
+from tests.processes import episode_host, episode_host_prefix  # noqa: F401 - fixtures
 from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, scripted_agent
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -58,3 +59,30 @@ def test_the_replay_shows_each_steps_frame_as_an_image(page, live_server, owner,
         page.keyboard.press("ArrowRight")
     page.wait_for_function("() => document.querySelector('#replay-obs-images img').complete")
     page.screenshot(path=SCREENSHOT.format(name=pixel_rollout.demo_name), full_page=True)
+
+
+def host_media_root(host) -> str:
+    """The episode host's MEDIA_ROOT (its process environment): the live server serves what it stored."""
+    variables = dict(item.split("=", 1) for item in open(f"/proc/{host.pid}/environ").read().split("\0") if "=" in item)
+    return variables["MEDIA_ROOT"]
+
+
+def test_playing_an_image_environment_shows_its_frames(page, live_server, settings, owner, team, request):
+    """Play mode for a python environment: the frame is an image, a discrete action is a button."""
+    request.getfixturevalue("episode_host_prefix")
+    settings.MEDIA_ROOT = host_media_root(request.getfixturevalue("episode_host"))
+    version = demo_version(team, owner, "pixel_catch")
+    log_in(page, live_server, owner.username, PASSWORD)
+    page.goto(f"{live_server.url}/t/{team.slug}/play/?version={version.label}")
+    page.click("button.primary")
+    page.locator("#play-obs-images img").wait_for()
+    page.wait_for_function("() => document.querySelector('#play-obs-images img').naturalWidth === 160")
+    assert page.locator("#play-obs-images figcaption").inner_text() == "observation · uint8 210×160×3"
+    assert re.fullmatch(r"<uint8 array 210×160×3: image, sha256 [0-9a-f]{8}>", page.locator("#play-observation").inner_text())
+    page.click("button[data-action='2']")
+    page.wait_for_function("() => document.getElementById('play-status').textContent.startsWith('step 0')")
+    assert page.locator("#play-obs-images img").get_attribute("src").endswith("/00000.o0.png")
+    page.wait_for_function("() => document.querySelector('#play-obs-images img').naturalWidth === 160")
+    page.screenshot(path="/tmp/pixel_catch_play.png", full_page=True)
+    page.click("text=Finish and verify")
+    page.wait_for_url("**/rollouts/**")
