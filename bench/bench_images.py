@@ -43,7 +43,6 @@ from runs import services  # noqa: E402
 from runs.models import Agent, Run  # noqa: E402
 from runs.sandbox import ProcessSandbox, SandboxLimits  # noqa: E402
 from runs.sandbox.process import SDK_PATH  # noqa: E402
-from runs.episodes import writer  # noqa: E402
 from runs.tasks import execute_rollout  # noqa: E402
 from studio.models import Team  # noqa: E402
 
@@ -154,13 +153,6 @@ def main():
             results = [whole_path(team, version, kind, args.steps) for _ in range(args.repeat)]
             rows.append((f"whole path, {kind} agent (sandboxes, PNG storage, DB)", statistics.median(r[0] for r in results)))
             stored[kind] = results[-1][1]
-        # The same, with each flush storing its frames itself (no background threads): what they save.
-        threads, writer.ARTIFACT_THREADS = writer.ARTIFACT_THREADS, 0
-        try:
-            results = [whole_path(team, version, "scripted", args.steps) for _ in range(args.repeat)]
-        finally:
-            writer.ARTIFACT_THREADS = threads
-        rows.append(("  the same, frames stored in the flush (no threads)", statistics.median(r[0] for r in results)))
 
         load = os.getloadavg()[0]
         print(f"\nsteps/s, pixel catch (210x160x3 uint8 frames), {args.steps} steps per episode, median of {args.repeat}"

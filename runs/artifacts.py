@@ -91,38 +91,17 @@ def artifact_store(*, rollout_id: int, index: int, artifact: dict | None, stem: 
 def artifacts_store_for_steps(rollout_id: int, steps: list[dict]) -> None:
     """Replace each step's transient image with the stored file's name (`artifact`) and its URL, and
     its observation's arrays with references to their stored files (a new value: the episode's own
-    observation, which the agent gets, keeps its arrays). Steps already stored are left as they are."""
+    observation, which the agent gets, keeps its arrays)."""
     for step in steps:
-        step_artifacts_apply(step, step_artifacts_store(rollout_id=rollout_id, step=step))
-
-
-def step_has_artifacts(step: dict) -> bool:
-    """Whether storing the step writes files: a screenshot, or an observation array too big to inline."""
-    return ARTIFACT_KEY in step or _holds_stored_array(step.get("observation"))
-
-
-def step_artifacts_store(*, rollout_id: int, step: dict) -> dict:
-    """Store the step's files and return the fields its row gets instead (`observation` with references,
-    `artifact` and `artifact_url`). Reads the step and never changes it, so it may run in another
-    thread while the step is journaled or sent on; step_artifacts_apply puts the fields in."""
-    fields = {}
-    if _may_hold_arrays(step.get("observation")):
-        fields["observation"] = arrays_store(rollout_id=rollout_id, stem=f"{step['index']:05d}", value=step["observation"])
-    artifact = step.get(ARTIFACT_KEY)
-    if artifact is not None:
-        fields[ARTIFACT_KEY] = None
+        if _may_hold_arrays(step.get("observation")):
+            step["observation"] = arrays_store(rollout_id=rollout_id, stem=f"{step['index']:05d}", value=step["observation"])
+        artifact = step.pop(ARTIFACT_KEY, None)
+        if artifact is None:
+            continue
         name = artifact_store(rollout_id=rollout_id, index=step["index"], artifact=artifact)
         if name:
-            fields["artifact"] = name
-            fields["artifact_url"] = artifact_url(name)
-    return fields
-
-
-def step_artifacts_apply(step: dict, fields: dict) -> None:
-    """Put what step_artifacts_store returned into the step (its transient image removed)."""
-    if ARTIFACT_KEY in fields:
-        step.pop(ARTIFACT_KEY, None)
-    step.update((key, value) for key, value in fields.items() if key != ARTIFACT_KEY)
+            step["artifact"] = name
+            step["artifact_url"] = artifact_url(name)
 
 
 class _ServedByTheStudio:
@@ -351,16 +330,3 @@ def array_load(*, rollout_id: int, envelope: dict):
 def _may_hold_arrays(value) -> bool:
     return isinstance(value, (dict, list, numpy.ndarray))
 
-
-def _holds_stored_array(value) -> bool:
-    """Whether arrays_store would write a file for `value` (an array over INLINE_ARRAY_BYTES in it)."""
-    if isinstance(value, numpy.ndarray):
-        return value.nbytes > INLINE_ARRAY_BYTES
-    if isinstance(value, dict):
-        envelope = value.get(ARRAY_KEY) if len(value) == 1 else None
-        if isinstance(envelope, dict):
-            return "base64" in envelope or "data" in envelope
-        return any(_holds_stored_array(item) for item in value.values())
-    if isinstance(value, list):
-        return any(isinstance(item, (dict, list, numpy.ndarray)) and _holds_stored_array(item) for item in value)
-    return False

@@ -2,13 +2,9 @@
 
 A flush stores screenshots in artifact storage, inserts the batch in one statement, bumps the
 rollout's counters and publishes the steps live; a writer whose rollout was taken over stops.
-A step's files (an image observation's PNG, a screenshot) are stored by a background thread from
-the moment the step is added, while the worker waits on the sandboxes, so a flush finds them done.
 """
-import concurrent.futures
 import json
 import logging
-import os
 import threading
 import time
 
@@ -16,7 +12,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from .. import events
-from ..artifacts import artifacts_store_for_steps, step_artifacts_apply, step_artifacts_store, step_has_artifacts
+from ..artifacts import artifacts_store_for_steps
 from ..models import Rollout, RolloutStatus, Step
 
 logger = logging.getLogger(__name__)
@@ -24,22 +20,6 @@ logger = logging.getLogger(__name__)
 FLUSH_EVERY_S = 0.2
 FLUSH_EVERY_STEPS = 1000
 HEARTBEAT_EVERY_S = 1.0
-# Threads that store steps' files ahead of their flush (PNG encoding and file writes release the GIL);
-# 0 stores them in the flush itself (bench/bench_images.py measures both in one run).
-ARTIFACT_THREADS = 2
-
-_artifact_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
-_artifact_pool_lock = threading.Lock()
-
-
-def artifact_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's artifact threads (made on first use: a forked worker child gets its own)."""
-    global _artifact_pool
-    with _artifact_pool_lock:
-        if _artifact_pool is None or _artifact_pool[0] != os.getpid():
-            _artifact_pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(
-                max_workers=ARTIFACT_THREADS, thread_name_prefix="step-artifacts"))
-        return _artifact_pool[1]
 
 
 class LostOwnership(Exception):
@@ -60,36 +40,16 @@ class StepWriter:
         self.step_count = 0
         self.total_reward = 0.0
         self.last_flush = time.monotonic()
-        # Steps whose files are being stored ahead: id(step) -> (step, the future of its stored fields).
-        self.storing: dict[int, tuple[dict, concurrent.futures.Future]] = {}
 
     def add(self, step: dict) -> None:
         self.pending.append(step)
         self.step_count += 1
         self.total_reward += step["reward"] or 0.0
-        if ARTIFACT_THREADS and step_has_artifacts(step):
-            self.storing[id(step)] = (step, artifact_pool().submit(step_artifacts_store, rollout_id=self.rollout.pk, step=step))
-
-    def stored_ahead(self, steps: list[dict]) -> None:
-        """Put the fields stored ahead into `steps` (waiting for those still being stored). A failed
-        one is left as it was: the flush stores it again, and its error, if lasting, surfaces there."""
-        for step in steps:
-            entry = self.storing.pop(id(step), None)
-            if entry is None:
-                continue
-            try:
-                fields = entry[1].result()
-            except Exception:  # noqa: BLE001 - stored again (and failing for real) in the flush itself
-                logger.warning("storing the files of step %s of rollout %s ahead failed", step.get("index"),
-                               self.rollout.pk, exc_info=True)
-                continue
-            step_artifacts_apply(step, fields)
 
     def take(self) -> tuple[list[dict], int, float]:
         """Take the buffered steps out (with the counters as of them) for `flush_together`."""
         steps, self.pending = self.pending, []
         self.last_flush = time.monotonic()
-        self.stored_ahead(steps)
         return steps, self.step_count, self.total_reward
 
     def give_back(self, steps: list[dict]) -> None:
@@ -105,7 +65,6 @@ class StepWriter:
             return
         steps, self.pending = self.pending, []
         try:
-            self.stored_ahead(steps)
             artifacts_store_for_steps(self.rollout.pk, steps)  # screenshots go to media storage, not the row
             _insert_steps(self.rollout.pk, steps)
             updated = Rollout.objects.filter(pk=self.rollout.pk, attempts=self.attempt, status=RolloutStatus.RUNNING).update(

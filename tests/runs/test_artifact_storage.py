@@ -232,36 +232,3 @@ def test_a_bad_storage_setting_stops_the_start(monkeypatch, environ, message):
     with pytest.raises(ImproperlyConfigured, match=message):
         artifact_storage()
 
-
-def test_a_frame_whose_early_store_failed_is_stored_by_the_flush(backend, running_rollout, monkeypatch):
-    """A step's files are stored ahead by a background thread; if that fails (storage hiccup), the
-    flush stores them itself: the row still references its frame, nothing is lost or doubled."""
-    import numpy as np
-
-    from runs.artifacts import array_load
-    from runs.episodes import writer as writer_module
-
-    kind, read = backend
-    stored_ahead = writer_module.step_artifacts_store
-    calls = []
-
-    def flaky(**kwargs):
-        calls.append(kwargs["step"]["index"])
-        if len(calls) == 1:
-            raise OSError("storage hiccup")
-        return stored_ahead(**kwargs)
-
-    monkeypatch.setattr(writer_module, "step_artifacts_store", flaky)
-    frames = [np.full((32, 48, 3), index * 40, dtype=np.uint8) for index in range(2)]
-    writer = StepWriter(running_rollout)
-    for index, frame in enumerate(frames):
-        frame[index, index] = 255
-        writer.add({"index": index, "action": 0, "observation": {"screen": frame}, "reward": 0.0, "terminated": False,
-                    "truncated": False, "info": {}, "elapsed_ms": 1.0})
-    writer.flush()
-    rows = list(Step.objects.filter(rollout=running_rollout).order_by("index"))
-    assert sorted(calls) == [0, 1]
-    for row, frame in zip(rows, frames):
-        envelope = row.observation["screen"]["__ndarray__"]
-        assert envelope["artifact"] == f"{row.index:05d}.o0.png"
-        assert np.array_equal(array_load(rollout_id=running_rollout.pk, envelope=envelope), frame)
