@@ -329,4 +329,3 @@ def array_load(*, rollout_id: int, envelope: dict):
 
 def _may_hold_arrays(value) -> bool:
     return isinstance(value, (dict, list, numpy.ndarray))
-

@@ -231,4 +231,3 @@ def test_a_bad_storage_setting_stops_the_start(monkeypatch, environ, message):
         monkeypatch.setenv(name, value)
     with pytest.raises(ImproperlyConfigured, match=message):
         artifact_storage()
-
