@@ -1,8 +1,10 @@
 """Image observations through the whole worker path: steps/s of the pixel-catch demo (a 210x160x3
 uint8 frame every step) bare vs through the sandbox, the agent sandbox, PNG storage and batched step
-writes, in one run; and the bytes stored per frame (artifact files plus the step row).
+writes, in one run; and the bytes stored per frame (artifact files plus the step row). With
+`--atari`, also Atari Pong through ale-py (the atari_pong demo, its dependency environment built
+first): ALE stepped bare in that environment vs the whole path with the demo's pixel agent.
 
-    .venv/bin/python bench/bench_images.py [--steps 2000] [--repeat 3]
+    .venv/bin/python bench/bench_images.py [--steps 2000] [--repeat 3] [--atari]
 
 Targets (issue 12): at least 500 steps/s per worker through the whole path, under 30 KB stored per
 frame. Uses the dev database (DATABASE_URL, created and migrated if missing) and Redis; creates team
@@ -122,6 +124,69 @@ def whole_path(team, version, kind: str, steps: int):
     return steps / elapsed, stored_per_frame(rollout, steps)
 
 
+ATARI_BARE = """
+import sys, time, gymnasium, ale_py
+sys.path.insert(0, sys.argv[2])
+import agent
+gymnasium.register_envs(ale_py)
+env = gymnasium.make("ALE/Pong-v5", repeat_action_probability=0.0)
+observation, info = env.reset(seed=0)
+steps = int(sys.argv[1])
+started = time.perf_counter()
+for _ in range(steps):
+    observation, reward, terminated, truncated, info = env.step(agent.act(observation, info))
+    if terminated or truncated:
+        observation, info = env.reset()
+print(steps / (time.perf_counter() - started))
+"""
+
+
+def atari_rows(team, steps: int, repeat: int) -> list:
+    """Pong bare (ALE and the pixel agent in one process, in the dependency environment) and through
+    the whole path; [] with a note when its dependency environment cannot be built here."""
+    import subprocess
+
+    from environments.dependencies import services as dependency_services
+
+    files = read_folder(DEMO_DIR / "atari_pong")
+    env = Environment.objects.filter(team=team, slug="atari-pong").first() or env_services.environment_create(
+        team=team, actor=None, name="Atari Pong", slug="atari-pong", files=files)
+    version = env.latest_version
+    if version is None or version.content_hash != package.content_hash(files):
+        version = env_services.version_commit(environment=env, actor=None, message="bench", files=files)
+    if dependency_services.dependency_environment_build(depenv_id=version.dependency_environment_id) != "ready":
+        version.dependency_environment.refresh_from_db()
+        print(f"(no Atari rows: its dependency environment did not build: {version.dependency_environment.error[:200]})")
+        return []
+    site = dependency_services.version_python_path(version)[1]
+
+    def bare():
+        out = subprocess.run(["/usr/bin/python3", "-c", ATARI_BARE, str(steps), str(DEMO_DIR / "atari_pong")],
+                             env={"PYTHONPATH": site, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+        return float(out.stdout.split()[-1])
+
+    name = "bench-pong-scripted"
+    pong_agent = Agent.objects.filter(team=team, name=name).first() or services.agent_create(
+        team=team, actor=None, name=name, kind="scripted", code=(DEMO_DIR / "atari_pong" / "agent.py").read_text())
+
+    def whole():
+        run = services.run_create(team=team, actor=None, version=version, agent=pong_agent, task_ids=["pong"], seeds=[0],
+                                  limits={"max_steps": steps, "episode_timeout_s": 3600}, enqueue=False)
+        rollout = run.rollouts.get()
+        started = time.perf_counter()
+        execute_rollout(rollout.pk)
+        elapsed = time.perf_counter() - started
+        rollout.refresh_from_db()
+        assert rollout.status in ("succeeded", "failed") and rollout.step_count, (rollout.status, rollout.error)
+        return rollout.step_count / elapsed  # a game may end (21 points) before `steps`
+
+    try:
+        return [("Atari Pong bare (ALE + pixel agent, one process)", statistics.median(bare() for _ in range(repeat))),
+                ("Atari Pong whole path, scripted pixel agent", statistics.median(whole() for _ in range(repeat)))]
+    finally:
+        Run.objects.filter(team=team, environment_version=version).delete()
+
+
 def stored_per_frame(rollout, steps: int) -> tuple[float, float]:
     """(artifact bytes, step row bytes) per step."""
     folder = Path(MEDIA) / "artifacts" / "rollouts" / str(rollout.pk)
@@ -136,6 +201,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3, help="episodes per path; the median is shown")
+    parser.add_argument("--atari", action="store_true", help="also Atari Pong through ale-py (builds its dependency environment)")
     args = parser.parse_args()
     team, version = bench_version()
     try:
@@ -160,10 +226,18 @@ def main():
         print(f"{'path':<58}{'steps/s':>10}{'bare/path':>11}")
         for name, rate in rows:
             print(f"{name:<58}{rate:>10,.0f}{bare / rate:>10.1f}x")
+        if args.atari:
+            pong = atari_rows(team, args.steps, args.repeat)
+            if pong:
+                print(f"{'':<58}{'steps/s':>10}{'bare/path':>11}")
+                for name, rate in pong:
+                    print(f"{name:<58}{rate:>10,.0f}{pong[0][1] / rate:>10.1f}x")
         print(f"\nstored per frame{'':<42}{'files':>10}{'step row':>11}")
         for kind, (files, row) in stored.items():
             print(f"{kind + ' agent':<58}{files / 1024:>8.2f}KB{row / 1024:>9.2f}KB")
         whole = min(rate for name, rate in rows if name.startswith("whole path"))
+        print(f"\n(a 2-core machine shared with other work: load average {os.getloadavg()[0]:.1f} at the end;"
+              " the ratios are the figures to compare between runs)")
         per_frame = max(files + row for files, row in stored.values())
         print(f"\ntargets: >= 500 steps/s per worker through the whole path: {whole:,.0f} "
               f"{'met' if whole >= 500 else 'MISSED'}; < 30 KB stored per frame: {per_frame / 1024:.2f} KB "

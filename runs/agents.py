@@ -9,8 +9,10 @@ import hashlib
 
 from django.conf import settings
 
+from environments.sdk.studio_sdk import random_agent
+
 from .models import Agent, AgentKind
-from .sandbox import ProcessSandbox, SandboxError, SandboxLimits, UserCodeError
+from .sandbox import DEFAULT_CONFIG, ProcessSandbox, SandboxConfig, SandboxError, SandboxLimits, UserCodeError
 from .sandbox.backends import sandbox_for
 
 SCRIPTED_AGENT_FILE = "agent.py"
@@ -54,25 +56,27 @@ RANDOM_AGENT_CODE = "from studio_sdk.random_agent import act, observe_space, res
 RANDOM_AGENT_FAILURE = "random agent"
 
 
-def agent_sandbox() -> ProcessSandbox:
+def agent_sandbox(config: SandboxConfig = DEFAULT_CONFIG) -> ProcessSandbox:
     """An agent's sandbox of the configured backend; a process one is spawned at once, so its
-    interpreter starts while the environment's sandbox starts (load comes with the limits)."""
-    sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+    interpreter starts while the environment's sandbox starts (load comes with the limits).
+    `config` carries the version's import path: the agent imports from the same read-only
+    dependency environment as the environment (numpy, minigrid, ...)."""
+    sandbox = sandbox_for(settings.SANDBOX_BACKEND, config)
     if sandbox.backend == "process":
         try:
             sandbox.spawn()
         except SandboxError:
             # start() spawns again and its error ends the episode with the reason, as for any agent.
             sandbox.close()
-            sandbox = sandbox_for(settings.SANDBOX_BACKEND)
+            sandbox = sandbox_for(settings.SANDBOX_BACKEND, config)
     return sandbox
 
 
 class RandomPolicy:
-    def __init__(self, agent: Agent, *, seed: int):
+    def __init__(self, agent: Agent, *, seed: int, sandbox_config: SandboxConfig = DEFAULT_CONFIG):
         self.agent = agent
         self.env = None
-        self.sandbox: ProcessSandbox = agent_sandbox()
+        self.sandbox: ProcessSandbox = agent_sandbox(sandbox_config)
         self.facts: dict = {}
 
     def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
@@ -83,6 +87,8 @@ class RandomPolicy:
     def act(self, observation, info):
         # The env may publish or change its action space in reset (guess_number does), so read it late.
         space = {"action_space": self.env.action_space, "tools": self.env.tools or None}
+        if not random_agent.reads_observation(space["action_space"]):
+            observation = None  # it samples the space alone: spare an image frame the trip to its sandbox
         try:
             return self.sandbox.act(observation, info, space=space)
         except UserCodeError as exc:
@@ -95,9 +101,9 @@ class RandomPolicy:
 
 
 class ScriptedPolicy:
-    def __init__(self, agent: Agent, *, seed: int):
+    def __init__(self, agent: Agent, *, seed: int, sandbox_config: SandboxConfig = DEFAULT_CONFIG):
         self.agent = agent
-        self.sandbox: ProcessSandbox = agent_sandbox()
+        self.sandbox: ProcessSandbox = agent_sandbox(sandbox_config)
         self.facts: dict = {}
 
     def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
@@ -113,13 +119,14 @@ class ScriptedPolicy:
         self.sandbox.close()
 
 
-def policy_for(agent: Agent, *, seed: int, manifest: dict | None = None):
+def policy_for(agent: Agent, *, seed: int, manifest: dict | None = None, sandbox_config: SandboxConfig = DEFAULT_CONFIG):
     """The policy that acts for `agent`; `manifest` (the version's) carries what an agent may need of
-    the environment's declarations (a model agent: `text_answer`)."""
+    the environment's declarations (a model agent: `text_answer`); `sandbox_config` is the agent
+    sandbox's (the version's import path, as the environment's sandbox has it)."""
     if agent.kind == AgentKind.RANDOM:
-        return RandomPolicy(agent, seed=seed)
+        return RandomPolicy(agent, seed=seed, sandbox_config=sandbox_config)
     if agent.kind == AgentKind.SCRIPTED:
-        return ScriptedPolicy(agent, seed=seed)
+        return ScriptedPolicy(agent, seed=seed, sandbox_config=sandbox_config)
     if agent.kind == AgentKind.OPENAI:
         from .openai_agent import OpenAIPolicy
 

@@ -9,6 +9,7 @@ of the rollout's team (runs/views.py `artifact_serve`); `artifact_url` is the on
 """
 import base64
 import binascii
+import hashlib
 import io
 import re
 import struct
@@ -257,9 +258,35 @@ def arrays_store(*, rollout_id: int, stem: str, value):
         name = artifact_name(rollout_id=rollout_id, filename=f"{stem}.o{count}.{extension}")
         count += 1
         saved = artifact_storage().save(name, ContentFile(data))
-        return {ARRAY_KEY: {"dtype": array.dtype.name, "shape": list(array.shape), "artifact": saved.rpartition("/")[2]}}
+        return {ARRAY_KEY: {"dtype": array.dtype.name, "shape": list(array.shape), "sha256": array_digest(array),
+                            "artifact": saved.rpartition("/")[2]}}
 
     return _map_arrays(value, store)
+
+
+def array_digest(array) -> str:
+    """sha256 of an array's raw bytes (C order, little-endian): a stored array's envelope carries it,
+    so two stored trajectories compare equal only when their arrays are (file names never differ)."""
+    data = numpy.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return hashlib.sha256(memoryview(data).cast("B") if data.size else b"").hexdigest()
+
+
+def arrays_fingerprint(value):
+    """`value` with every array (numpy, inline or stored form) as {dtype, shape, sha256}: what
+    compares an observation fresh from a sandbox with a stored one (a replay's divergence check)."""
+    if not _may_hold_arrays(value):
+        return value
+
+    def fingerprint(array):
+        if isinstance(array, dict):
+            if "sha256" in array:
+                return {ARRAY_KEY: {"dtype": array["dtype"], "shape": list(array["shape"]), "sha256": array["sha256"]}}
+            if "base64" not in array and "data" not in array:
+                return {ARRAY_KEY: array}  # stored before digests were kept: compares by its form
+            array = array_from_json(array)
+        return {ARRAY_KEY: {"dtype": array.dtype.name, "shape": list(array.shape), "sha256": array_digest(array)}}
+
+    return _map_arrays(value, fingerprint)
 
 
 def arrays_public(value, *, rollout_id: int):

@@ -23,7 +23,7 @@ from .episodes import (
     rollout_end,
 )
 from .models import Rollout, RolloutStatus, RunStatus
-from .sandbox import SandboxError
+from .sandbox import DEFAULT_CONFIG, SandboxError
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ def run_episode(rollout: Rollout) -> str:
 def _drive(setup, heartbeat: Heartbeat) -> str:
     rollout = setup.rollout
     try:
-        policy = policy_for(rollout.run.agent, seed=setup.seed, manifest=setup.version.manifest)
+        policy = policy_for(rollout.run.agent, seed=setup.seed, manifest=setup.version.manifest,
+                            sandbox_config=setup.sandbox_config(DEFAULT_CONFIG))
     except AgentFailed as exc:
         # No sandbox started yet: the rollout ends with the agent's reason, not as a worker bug.
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")

@@ -1,4 +1,4 @@
-"""Play mode pages: choose a browser version and task, then act as the agent (see runs/play.py)."""
+"""Play mode pages: choose a version and task, then act as the agent (see runs/play.py)."""
 import json
 
 from django.contrib import messages
@@ -20,13 +20,13 @@ ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "d
 TASKS_LISTED = 500
 
 
-def _browser_versions(team):
-    return versions_for_team(team=team, kind="browser")
+def _playable_versions(team):
+    return versions_for_team(team=team)
 
 
 @team_view("run")
 def play_new(request):
-    versions = _browser_versions(request.team)
+    versions = _playable_versions(request.team)
     label = request.GET.get("version") or ""
     version = next((v for v in versions if v.label == label), None)
     task_count, tasks = version_tasks_head(version, TASKS_LISTED) if version is not None else (0, [])
@@ -38,9 +38,9 @@ def play_new(request):
 @require_POST
 def play_start(request):
     label = request.POST.get("version") or ""
-    version = next((v for v in _browser_versions(request.team) if v.label == label), None)
+    version = next((v for v in _playable_versions(request.team) if v.label == label), None)
     if version is None:
-        messages.error(request, "Choose a browser environment version to play.")
+        messages.error(request, "Choose an environment version to play.")
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
     try:
         seed = int(request.POST.get("seed") or 0)
@@ -60,7 +60,20 @@ def play_page(request, play_id):
     except DomainError as exc:
         messages.error(request, str(exc))
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
-    return render(request, "runs/play.html", {"play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout})
+    return render(request, "runs/play.html", {
+        "play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout, "discrete_actions": _discrete_actions(play.action_space),
+        "action_space_json": json.dumps(play.action_space) if play.action_space else "",
+    })
+
+
+def _discrete_actions(space) -> range | None:
+    """The actions of a small discrete space, offered as buttons (others are typed as JSON)."""
+    if not isinstance(space, dict) or space.get("type") != "discrete":
+        return None
+    n, start = space.get("n"), space.get("start", 0)
+    if not isinstance(n, int) or not isinstance(start, int) or not 0 < n <= 32:
+        return None
+    return range(start, start + n)
 
 
 @team_view("run")
@@ -70,8 +83,6 @@ def play_act(request, play_id):
         action = json.loads(request.body or b"{}")
     except ValueError:
         return JsonResponse({"error": "the body must be a JSON action"}, status=400)
-    if not isinstance(action, dict):
-        return JsonResponse({"error": "an action is a JSON object"}, status=400)
     try:
         step = play_service.play_act(team=request.team, play_id=play_id, action=action)
     except DomainError as exc:

@@ -4,6 +4,7 @@ from django.shortcuts import get_object_or_404
 
 from environments.selectors import without_version_content
 
+from .artifacts import arrays_fingerprint
 from .models import Agent, RewardLabel, Rollout, Run, Step
 
 
@@ -95,8 +96,9 @@ def with_current_label(rollouts):
 
 
 def compare_trajectories(a: Rollout, b: Rollout) -> dict:
-    """Whether two rollouts took the same steps: actions, observations, rewards and flags, in order."""
-    if a.initial_observation != b.initial_observation:
+    """Whether two rollouts took the same steps: actions, observations, rewards and flags, in order.
+    Stored arrays compare by content (their digests), never by the name of their file."""
+    if arrays_fingerprint(a.initial_observation) != arrays_fingerprint(b.initial_observation):
         return {"identical": False, "first_divergence": 0, "reason": "the reset observations differ"}
     fields = ("index", "action", "observation", "reward", "terminated", "truncated", "info")
     steps_a = Step.objects.filter(rollout=a).order_by("index").values_list(*fields).iterator()
@@ -107,6 +109,8 @@ def compare_trajectories(a: Rollout, b: Rollout) -> dict:
             shorter = "first" if left is None else "second"
             return {"identical": False, "first_divergence": position, "reason": f"the {shorter} rollout ends at step {position}"}
         for name, x, y in zip(fields[1:], left[1:], right[1:]):
+            if name == "observation":
+                x, y = arrays_fingerprint(x), arrays_fingerprint(y)
             if x != y:
                 return {"identical": False, "first_divergence": left[0], "reason": f"{name} differs at step {left[0]}: {x!r} vs {y!r}"[:500]}
     return {"identical": True, "first_divergence": None, "reason": ""}

@@ -177,6 +177,9 @@ def explain_error(error: str, requirement_set: builder.RequirementSet) -> str:
     if any(f"{name}==" in error for name in names) and "unsatisfiable" in error:
         error += (f"\n(The studio pins {', '.join(requirement_set.base)}: the SDK and the sandbox runner use them; "
                   "declare versions compatible with these.)")
+    if "no usable wheels" in error:
+        error += (f"\n(The studio installs wheels only and never runs a package's build code: pick a release that "
+                  f"publishes a wheel for Python {requirement_set.python}.)")
     return error
 
 

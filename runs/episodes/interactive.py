@@ -130,6 +130,11 @@ def _route(*, team, episode_id: str) -> tuple[str, int]:
     return route[0], route[2]
 
 
+def episode_rollout_id(*, team, episode_id: str) -> int:
+    """The rollout of an open episode of the team (EpisodeNotFound otherwise)."""
+    return _route(team=team, episode_id=episode_id)[1]
+
+
 def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
     host_id, rollout_id = _route(team=team, episode_id=episode_id)
     try:

@@ -6,7 +6,7 @@ from environments.dependencies.services import DependenciesNotReady, version_pyt
 from environments.package import DEFAULT_MAX_STEPS, concurrent_sessions_of
 
 from ..models import Rollout
-from ..sandbox import SandboxConfig, SandboxLimits
+from ..sandbox import DEFAULT_CONFIG, SandboxConfig, SandboxLimits
 
 # Run limits a run may set on top of the version's [limits] table.
 RUN_LIMIT_KEYS = ("step_timeout_s", "episode_timeout_s", "verify_timeout_s", "memory_mb", "max_steps")
@@ -41,6 +41,13 @@ def task_of(version, task_id) -> dict | None:
 
         return version_task(version, task_id)
     return next((t for t in version.tasks if str(t.get("id")) == str(task_id)), None)
+
+
+def version_sandbox_config(version, base: SandboxConfig = DEFAULT_CONFIG) -> SandboxConfig:
+    """`base` with the version's import path (its dependency environment), for sandboxes outside an
+    episode (audits, replays); raises DependenciesNotReady when the version cannot run."""
+    python_path = version_python_path(version)
+    return base if python_path is None else dataclasses.replace(base, python_path=python_path)
 
 
 @dataclasses.dataclass

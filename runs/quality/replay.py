@@ -12,9 +12,10 @@ from django.conf import settings
 
 from environments.dependencies.services import DependenciesNotReady
 
-from ..episodes.setup import effective_limits, task_of
+from ..artifacts import arrays_fingerprint
+from ..episodes.setup import effective_limits, task_of, version_sandbox_config
 from ..models import Rollout, Step
-from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxLimits
+from ..sandbox import SandboxError, SandboxLimits
 from ..sandbox.backends import sandbox_for
 
 logger = logging.getLogger(__name__)
@@ -25,11 +26,7 @@ REPLAYS_PER_SANDBOX = 100
 def version_sandbox(version):
     """An unstarted python sandbox that imports what `version`'s episodes import (its dependency
     environment, when it declares one). Raises DependenciesNotReady when that is not built."""
-    from environments.dependencies.services import version_python_path
-
-    python_path = version_python_path(version)
-    config = DEFAULT_CONFIG if python_path is None else dataclasses.replace(DEFAULT_CONFIG, python_path=python_path)
-    return sandbox_for(settings.SANDBOX_BACKEND, config)
+    return sandbox_for(settings.SANDBOX_BACKEND, version_sandbox_config(version))
 
 
 @dataclasses.dataclass
@@ -69,7 +66,10 @@ class Replayer:
             self.close()
         if self.sandbox is None:
             self.served = 0
-            self.sandbox = version_sandbox(self.version)
+            try:
+                self.sandbox = version_sandbox(self.version)
+            except DependenciesNotReady as exc:
+                raise SandboxError(exc.message) from None
             self.sandbox.start(self.version.files, mode="env", entrypoint=self.version.manifest["entrypoint"], limits=self.limits)
         return self.sandbox
 
@@ -90,13 +90,13 @@ class Replayer:
             sandbox = self._started()
             self.served += 1
             observation = sandbox.reset(task, rollout.seed)
-            if same_version and observation != rollout.initial_observation:
+            if same_version and arrays_fingerprint(observation) != arrays_fingerprint(rollout.initial_observation):
                 outcome.diverged_at = 0
             for index, action, stored_observation, info in steps:
                 if isinstance(info, dict) and "agent_error" in info:
                     continue  # the environment never saw this action
                 observation, *_ = sandbox.step(action)
-                if same_version and outcome.diverged_at is None and observation != stored_observation:
+                if same_version and outcome.diverged_at is None and arrays_fingerprint(observation) != arrays_fingerprint(stored_observation):
                     outcome.diverged_at = index
             outcome.reward, outcome.reason = sandbox.verify(timeout=self.verify_timeout_s)
         except SandboxError as exc:

@@ -1,10 +1,34 @@
-// Play mode: send the action form as one JSON action, then show the new screenshot and text view.
+// Play mode: send the action form as one JSON action, then show what came back: a browser page's
+// screenshot and text view, or any other environment's observation (its image-like arrays as images).
 (function () {
   const root = document.getElementById("play");
   if (!root) return;
   const $ = (id) => document.getElementById(id);
   const form = $("play-action");
   const csrf = (document.cookie.match(/csrftoken=([^;]+)/) || [])[1] || "";
+  const browser = root.dataset.kind === "browser";
+  const observations = window.StudioObservations;
+
+  function showObservation(observation) {
+    observations.showImages($("play-obs-images"), observation);
+    const text = observations.forText(observation);
+    $("play-observation").textContent = typeof text === "string" ? text : JSON.stringify(text, null, 2);
+  }
+  if (!browser) {
+    showObservation(JSON.parse($("play-initial").textContent));
+    form.querySelectorAll("button[data-action]").forEach((button) => button.addEventListener("click", () => {
+      form.elements.json.value = button.dataset.action;
+      form.requestSubmit();
+    }));
+  }
+
+  async function send(action) {
+    const response = await fetch(root.dataset.actUrl, {
+      method: "POST", headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+      body: JSON.stringify(action), credentials: "same-origin",
+    });
+    return [response, await response.json()];
+  }
 
   function actionFrom(data) {
     const kind = data.get("action");
@@ -22,22 +46,28 @@
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const button = form.querySelector("button");
+    const button = form.querySelector("button[type=submit]");
     button.disabled = true;
     $("play-status").textContent = "acting…";
     try {
-      const response = await fetch(root.dataset.actUrl, {
-        method: "POST", headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
-        body: JSON.stringify(actionFrom(new FormData(form))), credentials: "same-origin",
-      });
-      const step = await response.json();
+      let action;
+      if (browser) action = actionFrom(new FormData(form));
+      else {
+        try { action = JSON.parse(form.elements.json.value); }
+        catch (error) { $("play-status").textContent = `the action is not JSON: ${error.message}`; return; }
+      }
+      const [response, step] = await send(action);
       if (!response.ok) { $("play-status").textContent = step.error || "failed"; return; }
-      const obs = step.observation || {};
-      if (step.artifact_url) $("play-screenshot").src = step.artifact_url;
-      $("play-url").textContent = obs.url || "";
-      $("play-title").textContent = obs.title || "";
-      $("play-text").textContent = obs.text || "";
-      $("play-error").textContent = obs.error || "";
+      if (browser) {
+        const obs = step.observation || {};
+        if (step.artifact_url) $("play-screenshot").src = step.artifact_url;
+        $("play-url").textContent = obs.url || "";
+        $("play-title").textContent = obs.title || "";
+        $("play-text").textContent = obs.text || "";
+        $("play-error").textContent = obs.error || "";
+      } else {
+        showObservation(step.observation);
+      }
       const info = Object.assign({}, step.info); delete info.action_error;
       $("play-info").textContent = Object.keys(info).length ? JSON.stringify(info, null, 1) : "";
       $("play-status").textContent = `step ${step.index}` + (step.done ? " · episode over: finish to verify" : "");

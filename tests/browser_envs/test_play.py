@@ -61,3 +61,33 @@ def test_outsider_cannot_act_in_a_play(team, owner, outsider, other_team):
         assert response.status_code == 404
     finally:
         play.play_finish(team=team, play_id=started.id)
+
+
+def test_author_plays_an_image_environment_and_the_page_shows_its_frames(team, owner):
+    """Any environment can be played: its image-like arrays come back stored, as PNG URLs the page shows."""
+    from tests.runs.rollout_factories import demo_version
+
+    version = demo_version(team, owner, "pixel_catch")
+    client = login(owner)
+    version_page = client.get(f"/t/{team.slug}/environments/{version.environment.slug}/versions/{version.number}/")
+    assert b"Play it yourself" in version_page.content
+    started = client.post(f"/t/{team.slug}/play/start/", {"version": version.label, "task_id": "slow", "seed": "0"})
+    assert started.status_code == 302
+    page_url = started["Location"]
+    page = client.get(page_url).content.decode()
+    # The first frame, stored at reset, as a PNG through the team-checked view; one button per action.
+    assert 'id="play-initial"' in page and ".png" in page and "/artifacts/rollouts/" in page
+    assert all(f'data-action="{action}"' in page for action in (0, 1, 2))
+
+    response = client.post(page_url + "act/", json.dumps(2), content_type="application/json")
+    assert response.status_code == 200, response.content
+    frame = response.json()["observation"]["__ndarray__"]
+    assert (frame["dtype"], frame["shape"]) == ("uint8", [210, 160, 3])
+    assert frame["url"].startswith("/artifacts/rollouts/") and frame["url"].endswith(".png")
+    assert ".png" in client.get(page_url).content.decode().split('id="play-initial"')[1]
+
+    finished = client.post(page_url + "finish/")
+    rollout_id = int(finished["Location"].rstrip("/").rsplit("/", 1)[1])
+    (step,) = Step.objects.filter(rollout_id=rollout_id)
+    assert step.action == 2 and step.observation["__ndarray__"]["artifact"].endswith(".png")
+    assert step.rollout.run.agent.kind == AgentKind.HUMAN

@@ -73,12 +73,30 @@ def make_wheel(folder: Path, name: str, version: str, modules: dict[str, str]) -
     return wheel
 
 
+def make_sdist(folder: Path, name: str, version: str) -> Path:
+    """A source distribution only (no wheel): the studio installs wheels, never runs a package's build code."""
+    import io  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    stem = f"{name.replace('-', '_')}-{version}"
+    sdist = folder / f"{stem}.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for path, text in {"PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                           "setup.py": 'raise SystemExit("this build must never run")\n'}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{stem}/{path}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return sdist
+
+
 def make_plugin_wheels(folder: Path) -> Path:
     make_wheel(folder, "studio-counter-plugin", "1.0.0", {
         "studio_counter_plugin/__init__.py": PLUGIN_MODULE,
         "studio_counter_plugin/env.py": PLUGIN_ENV,
         "studio_broken_plugin/__init__.py": BROKEN_MODULE,
     })
+    make_sdist(folder, "studio-sdist-only", "1.0.0")
     return folder
 
 

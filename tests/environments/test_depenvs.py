@@ -23,6 +23,7 @@ from tests.environments.depenv_support import (  # noqa: F401 - fixtures
     bare_trajectory, build, commit, deps, depenv_root, package_files, plugin_wheels, stored_plain,
 )
 from tests.processes import free_port
+from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - fixture: skips without an engine
 from tests.runs.rollout_factories import play_one, scripted_agent
 
 PLUGIN = "studio-counter-plugin==1.0.0"
@@ -118,6 +119,31 @@ def test_plugin_version_builds_once_checks_its_id_in_the_set_and_matches_gymnasi
     assert [[stored_plain(step[1], rollout_id=rollout.pk), *step[2:]] for step in steps] == bare["steps"]
 
 
+# The agent imports the plugin, which only the version's dependency environment holds.
+PLUGIN_AGENT = """
+    from studio_counter_plugin.env import CounterEnv
+
+    def act(observation, info):
+        return 1 if observation[0] < CounterEnv().target else 0
+"""
+
+
+@pytest.mark.parametrize("backend", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_scripted_agent_imports_from_the_versions_dependency_environment(deps, settings, request, team, owner, backend):
+    if backend == "docker":
+        request.getfixturevalue("docker_image_name")  # skips with the reason where no engine answers
+    settings.SANDBOX_BACKEND = backend
+    version = commit(team, owner, "counter", package_files(entrypoint=PLUGIN_ENTRYPOINT, dependencies=[PLUGIN]))
+    assert build(version) == "ready"
+    rollout = play_one(team, owner, version, scripted_agent(team, owner, PLUGIN_AGENT), task_id="t1", seed=3)
+    assert rollout.status == "succeeded", rollout.error
+    assert rollout.steps.exists() and set(rollout.steps.values_list("action", flat=True)) == {1}
+    # The same agent in a version without that set cannot import it: the sandbox holds only the studio's path.
+    plain = commit(team, owner, "cartpole", package_files(entrypoint="gymnasium:CartPole-v1"))
+    rollout = play_one(team, owner, plain, scripted_agent(team, owner, PLUGIN_AGENT, name="again"), task_id="t1")
+    assert rollout.status == "errored" and "No module named 'studio_counter_plugin'" in rollout.error
+
+
 def test_commit_checks_the_id_at_once_when_the_set_is_built(deps, team, owner):
     version = commit(team, owner, "counter", package_files(entrypoint=PLUGIN_ENTRYPOINT, dependencies=[PLUGIN]))
     build(version)
@@ -141,8 +167,9 @@ def test_commit_checks_the_id_at_once_when_the_set_is_built(deps, team, owner):
         ("studio-surely-no-such-package==1.0", None, "not found in the package registry"),
         ("gymnasium==0.29.1", None, "The studio pins"),
         ("studio-counter-plugin==1.0.0", "closed-port", "Connection refused"),
+        ("studio-sdist-only==1.0.0", None, "has no usable wheels and you require studio-sdist-only==1.0.0"),
     ],
-    ids=["unknown-package", "conflicting", "unreachable-registry"],
+    ids=["unknown-package", "conflicting", "unreachable-registry", "fails-to-build"],
 )
 def test_failed_builds_say_why_leave_nothing_behind_and_refuse_runs(deps, settings, team, owner, requirement, index, expected):
     if index == "closed-port":
@@ -155,6 +182,8 @@ def test_failed_builds_say_why_leave_nothing_behind_and_refuse_runs(deps, settin
     depenv = version.dependency_environment
     assert depenv.status == DependencyStatus.FAILED
     assert expected in depenv.error, depenv.error
+    if "wheels" in expected:
+        assert "The studio installs wheels only" in depenv.error
     assert {p.name for p in deps.iterdir()} <= before | {".locks"}, "no directory half-written"
     with pytest.raises(dependency_services.DependenciesNotReady, match="failed to build"):
         run_services.run_create(team=team, actor=owner, version=version,
@@ -250,3 +279,18 @@ def test_a_set_built_on_another_host_is_built_here_before_the_first_sandbox(deps
         for folder, _dirs, _files in os.walk(here):
             os.chmod(folder, 0o755)
         shutil.rmtree(here, ignore_errors=True)
+
+
+def test_audits_load_a_plugin_environment_in_its_dependency_environment(deps, team, owner):
+    """An audit's own sandboxes (the action space its probes speak, replays for verifier regression)
+    import the plugin from the version's set, as rollouts do."""
+    from runs.quality.replay import Replayer
+    from runs.quality.services import env_interface
+
+    version = commit(team, owner, "counter", package_files(entrypoint=PLUGIN_ENTRYPOINT, dependencies=[PLUGIN]))
+    assert build(version) == "ready"
+    assert env_interface(version)["action_space"] == {"type": "discrete", "n": 2, "start": 0}
+    rollout = play_one(team, owner, version, scripted_agent(team, owner, ALWAYS_ADD), task_id="t1", seed=2)
+    with Replayer(version) as replayer:
+        replayed = replayer.replay(rollout)
+    assert replayed.error == "" and replayed.diverged_at is None

@@ -260,3 +260,22 @@ def test_the_last_step_before_the_time_limit_ends_the_episode_says_truncated(tea
     assert rollout.status == RolloutStatus.TIMED_OUT
     flags = list(Step.objects.filter(rollout=rollout).order_by("index").values_list("truncated", flat=True))
     assert flags and flags[-1] is True and not any(flags[:-1])
+
+
+def test_reruns_and_replays_compare_image_frames_by_their_content(team, owner):
+    """Stored frames carry a digest: two rollouts compare equal only when their frames are, and a
+    replay of the same actions finds no divergence (fresh arrays against stored ones)."""
+    from runs.quality.replay import Replayer
+    from runs.selectors import compare_trajectories
+
+    version = demo_version(team, owner, "pixel_catch")
+    agent = scripted_agent(team, owner, demo_agent_code("pixel_catch"), name="catcher")
+    first, again, other_seed = (play_one(team, owner, version, agent, task_id="slow", seed=seed, limits={"max_steps": 5})
+                                for seed in (0, 0, 1))
+    assert first.initial_observation["__ndarray__"]["sha256"] == again.initial_observation["__ndarray__"]["sha256"]
+    assert compare_trajectories(first, again) == {"identical": True, "first_divergence": None, "reason": ""}
+    differs = compare_trajectories(first, other_seed)
+    assert differs["identical"] is False and differs["first_divergence"] == 0, differs
+    with Replayer(version) as replayer:
+        replayed = replayer.replay(first)
+    assert replayed.error == "" and replayed.diverged_at is None

@@ -1,10 +1,14 @@
 """Walk the Empty room's top row, then down its last column to the goal, from the agent's own view.
 
 MiniGrid's observation "image" is the 7x7 egocentric view, indexed [x][y][channel]; the agent stands at
-(3, 6) facing up the view, so the cell in front is (3, 5). Channel 0 is the object type.
+(3, 6) facing up the view, so the cell in front is (3, 5). Channel 0 is the object type, numbered as
+MiniGrid numbers it: the agent imports minigrid from the version's dependency environment, as the
+environment does.
 """
 
-WALL, GOAL = 2, 8
+from minigrid.core.constants import OBJECT_TO_IDX
+
+WALL = OBJECT_TO_IDX["wall"]
 TURN_RIGHT, FORWARD = 1, 2
 
 

@@ -36,9 +36,15 @@ def observe_space(space: dict) -> None:
     _space, _tools = space.get("action_space"), space.get("tools")
 
 
+def reads_observation(space: Any) -> bool:
+    """Whether act() looks at the observation: only on a browser page (its interactive elements);
+    elsewhere it samples the space alone, so the worker need not send it the observation."""
+    return isinstance(space, dict) and "click" in (space.get("kinds") or ())
+
+
 def act(observation: Any, info: dict) -> Any:
     space = _space
-    if isinstance(space, dict) and "click" in (space.get("kinds") or ()):
+    if reads_observation(space):
         return sample_browser_action(observation, _rng)
     if space and space.get("type") != "unsupported":
         try:
