@@ -158,6 +158,8 @@ def atari_rows(team, steps: int, repeat: int) -> list:
         version.dependency_environment.refresh_from_db()
         print(f"(no Atari rows: its dependency environment did not build: {version.dependency_environment.error[:200]})")
         return []
+    dependency_services.dependency_environment_check_versions(depenv_id=version.dependency_environment_id)
+    version.dependency_environment.refresh_from_db()  # built (and its entrypoint checked) since it was read
     site = dependency_services.version_python_path(version)[1]
 
     def bare():
