@@ -57,6 +57,9 @@ def test_malformed_messages_get_openenv_error_codes_and_the_session_goes_on(open
     assert replies[7]["data"]["errors"][0]["loc"] == ["data"] and replies[7]["data"]["errors"][0]["type"] == "missing"
     # Only the last reset opened an episode; the refused ones wrote nothing.
     assert Rollout.objects.count() == 1
+    # Leaving closed it (its last write done before the test's tables are emptied).
+    rollout_id = Rollout.objects.get().pk
+    wait_for(lambda: Rollout.objects.get(pk=rollout_id).status != RolloutStatus.RUNNING, 10, "the episode to close")
 
 
 def test_an_action_failing_the_schema_is_refused_and_not_recorded(openenv_of, inventory, owner):
