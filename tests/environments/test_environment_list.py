@@ -34,3 +34,11 @@ def test_the_last_run_and_its_success_rate_show_on_the_card(environment, owner, 
 
 def test_no_run_yet_says_so(environment, owner, team):
     assert "No runs yet" in login(owner).get(f"/t/{team.slug}/environments/").content.decode()
+
+
+def test_a_markdown_description_reads_as_plain_words_on_the_card(environment, owner, team):
+    services.environment_update(environment=environment, actor=owner, description=(
+        "[MiniGrid](https://minigrid.farama.org/)'s `MiniGrid-Empty-5x5-v0`, **unchanged** <b>x</b>"))
+    page = login(owner).get(f"/t/{team.slug}/environments/").content.decode()
+    assert "MiniGrid&#x27;s MiniGrid-Empty-5x5-v0, unchanged &lt;b&gt;x&lt;/b&gt;" in page
+    assert "farama.org" not in page and "`" not in page
