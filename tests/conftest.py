@@ -1,4 +1,6 @@
 """The cast every test can use: an owner and a reviewer of one team, an outsider from another."""
+import time
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -8,6 +10,29 @@ from studio import services as studio_services
 from studio.models import Membership, Role, Team
 
 PASSWORD = "a-long-test-password-1"
+
+
+def pytest_configure(config):
+    """A transactional test's tables are emptied by one TRUNCATE of every table. A process the test
+    started (a page still polling, a worker, an episode host) may be reading two of them at that moment:
+    PostgreSQL then ends one of the two as a deadlock, sometimes the TRUNCATE, and the next test would
+    start on the last one's rows. The emptying is retried (it rolled back whole), at most three times."""
+    from django.core.management.base import CommandError
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    empty_tables = TransactionTestCase._fixture_teardown
+
+    def empty_tables_again_after_a_deadlock(self):
+        for attempt in range(3):
+            try:
+                return empty_tables(self)
+            except (CommandError, OperationalError) as exc:
+                if attempt == 2 or "deadlock detected" not in f"{exc} {exc.__cause__}":
+                    raise
+                time.sleep(0.5)
+
+    TransactionTestCase._fixture_teardown = empty_tables_again_after_a_deadlock
 
 
 def pytest_collection_modifyitems(config, items):
