@@ -35,51 +35,38 @@ def _rollout_labels():
 
 def rollouts_matching(*, team, filters: QueueFilters | None = None):
     """The team's rollouts narrowed by the filters (annotated with `proposed_reward`), in id order."""
-    filters = filters or QueueFilters()
-    rollouts = Rollout.objects.filter(team=team)
-    if filters.run_id is not None:
-        rollouts = rollouts.filter(run_id=filters.run_id)
-    if filters.agent_id is not None:
-        rollouts = rollouts.filter(run__agent_id=filters.agent_id)
-    if filters.environment:
-        rollouts = rollouts.filter(run__environment_version__environment__slug=filters.environment)
-    if filters.version is not None:
-        rollouts = rollouts.filter(run__environment_version__number=filters.version)
     # The verifier's latest proposal, as the review state a trigger keeps (ReviewState) has it.
-    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"))
+    rollouts = Rollout.objects.filter(team=team).annotate(proposed_reward=F("review_state__proposed_reward"))
+    return _filtered(rollouts, filters or QueueFilters(), rollout="").order_by("id")
+
+
+def _filtered(queryset, filters: QueueFilters, *, rollout: str):
+    """`queryset` narrowed by the filters; `rollout` is the lookup path to the rollout ("" for rollouts,
+    "rollout__" for review states); both have the verifier's proposal as `proposed_reward`."""
+    if filters.run_id is not None:
+        queryset = queryset.filter(**{f"{rollout}run_id": filters.run_id})
+    if filters.agent_id is not None:
+        queryset = queryset.filter(**{f"{rollout}run__agent_id": filters.agent_id})
+    if filters.environment:
+        queryset = queryset.filter(**{f"{rollout}run__environment_version__environment__slug": filters.environment})
+    if filters.version is not None:
+        queryset = queryset.filter(**{f"{rollout}run__environment_version__number": filters.version})
     if filters.min_reward is not None:
-        rollouts = rollouts.filter(proposed_reward__gte=filters.min_reward)
+        queryset = queryset.filter(proposed_reward__gte=filters.min_reward)
     if filters.max_reward is not None:
-        rollouts = rollouts.filter(proposed_reward__lte=filters.max_reward)
+        queryset = queryset.filter(proposed_reward__lte=filters.max_reward)
     if filters.verifier_outcome == "pass":
-        rollouts = rollouts.filter(proposed_reward__gt=0)
+        queryset = queryset.filter(proposed_reward__gt=0)
     elif filters.verifier_outcome == "fail":
-        rollouts = rollouts.filter(proposed_reward__lte=0)
-    return rollouts.order_by("id")
+        queryset = queryset.filter(proposed_reward__lte=0)
+    return queryset
 
 
 def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
     """The review states of the rollouts that wait for `reviewer` (see review_queue), in rollout id order:
     read from the partial index of the team's open states, each checked against the reviewer's own
     decisions, and joined to rollouts and runs only for the filters that need them."""
-    filters = filters or QueueFilters()
-    states = ReviewState.objects.filter(team=team, open=True)
-    if filters.run_id is not None:
-        states = states.filter(rollout__run_id=filters.run_id)
-    if filters.agent_id is not None:
-        states = states.filter(rollout__run__agent_id=filters.agent_id)
-    if filters.environment:
-        states = states.filter(rollout__run__environment_version__environment__slug=filters.environment)
-    if filters.version is not None:
-        states = states.filter(rollout__run__environment_version__number=filters.version)
-    if filters.min_reward is not None:
-        states = states.filter(proposed_reward__gte=filters.min_reward)
-    if filters.max_reward is not None:
-        states = states.filter(proposed_reward__lte=filters.max_reward)
-    if filters.verifier_outcome == "pass":
-        states = states.filter(proposed_reward__gt=0)
-    elif filters.verifier_outcome == "fail":
-        states = states.filter(proposed_reward__lte=0)
+    states = _filtered(ReviewState.objects.filter(team=team, open=True), filters or QueueFilters(), rollout="rollout__")
     mine = RewardLabel.objects.filter(rollout_id=OuterRef("rollout_id"), step__isnull=True, source=LabelSource.HUMAN,
                                       reviewer=reviewer)
     return states.exclude(Exists(mine)).order_by("rollout_id")
