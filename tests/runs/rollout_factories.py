@@ -8,6 +8,16 @@ from runs import services
 from runs.models import Rollout
 from runs.tasks import execute_rollout
 
+# An environment whose episodes end only at max_steps: observation 0 and reward 0 at every step.
+IDLE_ENV_PY = """
+class Env:
+    def reset(self, task, seed):
+        return 0
+
+    def step(self, action):
+        return 0, 0.0, False, False, {}
+"""
+
 
 def demo_version(team, actor, name: str):
     """A version of environments/demo_packages/<name> in `team`."""

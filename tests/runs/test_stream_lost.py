@@ -14,18 +14,10 @@ from runs import events, services
 from runs.models import Rollout, RolloutStatus, Step
 from studio import services as studio_services
 from tests.processes import kill_group, private_redis, start_asgi_server  # noqa: F401 - fixtures
-from tests.runs.rollout_factories import package_version, random_agent
+from tests.runs.rollout_factories import IDLE_ENV_PY, package_version, random_agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-ENV_PY = """
-class Env:
-    def reset(self, task, seed):
-        return 0
-
-    def step(self, action):
-        return 0, 0.0, False, False, {}
-"""
 
 
 def store_and_publish(rollout: Rollout, indexes) -> None:
@@ -57,7 +49,7 @@ def read_until_closed(viewer, indexes: list[int], statuses: list[dict]) -> tuple
 def test_viewer_is_told_when_redis_is_lost_and_resyncs_to_the_final_status(tmp_path, settings, team, owner, private_redis):
     layer = dict(django_settings.CHANNEL_LAYERS["default"])
     settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {**layer["CONFIG"], "hosts": [private_redis.url]}}}
-    version = package_version(team, owner, "stream-lost", ENV_PY)
+    version = package_version(team, owner, "stream-lost", IDLE_ENV_PY)
     run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), enqueue=False)
     rollout = run.rollouts.get()
     _, token = studio_services.token_create(team=team, actor=owner, name="viewer")

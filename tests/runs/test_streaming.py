@@ -21,7 +21,7 @@ from studio import services as studio_services
 from studio.asgi import application
 from studio.routing import websocket_urlpatterns
 from studio.ws_auth import ProgramOriginValidator
-from tests.runs.rollout_factories import package_version, random_agent
+from tests.runs.rollout_factories import IDLE_ENV_PY, package_version, random_agent
 
 try:
     from channels.testing import WebsocketCommunicator
@@ -34,14 +34,6 @@ except ModuleNotFoundError:
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ENV_PY = """
-class Env:
-    def reset(self, task, seed):
-        return 0
-
-    def step(self, action):
-        return 0, 0.0, False, False, {}
-"""
 ORIGIN = (b"origin", b"http://testserver")
 
 
@@ -55,7 +47,7 @@ def own_channel_layer(settings):
 
 @pytest.fixture
 def run(team, owner):
-    version = package_version(team, owner, "stream", ENV_PY, tasks=[{"id": "t1"}, {"id": "t2"}])
+    version = package_version(team, owner, "stream", IDLE_ENV_PY, tasks=[{"id": "t1"}, {"id": "t2"}])
     return services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), enqueue=False)
 
 

@@ -16,18 +16,10 @@ from runs import services
 from studio import services as studio_services
 from studio.settings import deployment_tag
 from tests.processes import REPO, database_url, kill_group, start_asgi_server
-from tests.runs.rollout_factories import package_version, random_agent
+from tests.runs.rollout_factories import IDLE_ENV_PY, package_version, random_agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
-ENV_PY = """
-class Env:
-    def reset(self, task, seed):
-        return 0
-
-    def step(self, action):
-        return 0, 0.0, False, False, {}
-"""
 # What a studio process publishes when a rollout takes a step (runs.events, the one emitter); prints
 # the Redis names its settings chose.
 PUBLISH = """
@@ -77,7 +69,7 @@ def test_default_redis_names_differ_between_databases_and_stay_configurable(tmp_
 
 
 def test_a_viewer_of_one_studio_never_gets_another_studios_event_for_the_same_rollout_id(tmp_path, team, owner):
-    version = package_version(team, owner, "two-studios", ENV_PY)
+    version = package_version(team, owner, "two-studios", IDLE_ENV_PY)
     run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), enqueue=False)
     rollout = run.rollouts.get()
     _, token = studio_services.token_create(team=team, actor=owner, name="viewer")
