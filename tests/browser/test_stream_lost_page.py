@@ -8,8 +8,8 @@ from runs.models import Rollout, RolloutStatus
 from tests.browser.conftest import log_in
 from tests.conftest import PASSWORD
 from tests.processes import kill_group, private_redis, start_asgi_server  # noqa: F401 - fixtures
-from tests.runs.rollout_factories import package_version, random_agent
-from tests.runs.test_stream_lost import ENV_PY, store_and_publish
+from tests.runs.rollout_factories import IDLE_ENV_PY, package_version, random_agent
+from tests.runs.test_stream_lost import store_and_publish
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +29,7 @@ READ_REPLAY = """() => ({
 def test_the_replay_says_the_stream_is_lost_then_resyncs_to_what_a_reload_shows(page, tmp_path, settings, team, owner, private_redis):
     layer = dict(django_settings.CHANNEL_LAYERS["default"])
     settings.CHANNEL_LAYERS = {"default": {**layer, "CONFIG": {**layer["CONFIG"], "hosts": [private_redis.url]}}}
-    version = package_version(team, owner, "page-stream-lost", ENV_PY)
+    version = package_version(team, owner, "page-stream-lost", IDLE_ENV_PY)
     run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), enqueue=False)
     rollout = run.rollouts.get()
     store_and_publish(rollout, range(0, 5))
