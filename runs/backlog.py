@@ -6,19 +6,28 @@ reads and encodes a chunk, the others wait for it and send the same text (200 vi
 the rollout is connected to this process, let go when the last one leaves.
 
 Stored steps do not change, with one exception: a redelivered task deletes its partial steps and
-starts again from 0, and the consumer then calls `forget`. A chunk shorter than CHUNK of a rollout
+starts again from 0, and the consumer then calls `forget`. A chunk that is not full of a rollout
 that still runs grows, so it is shared only while it is being read; a finished rollout's chunks are
 kept whole.
 """
 import asyncio
 import json
+import weakref
 
-from channels.db import database_sync_to_async
+from studio.db_threads import read_async
 
 from . import events
 from .models import Step
 
 CHUNK = 500
+# The first chunk of a rollout is smaller: a viewer sees the beginning sooner, and so do the others
+# joining at the same moment, whose handshakes wait while the server writes the first joiners' chunks.
+FIRST_CHUNK = 100
+
+
+def chunk_after(after: int) -> int:
+    """How many steps the chunk after index `after` holds at most."""
+    return FIRST_CHUNK if after < 0 else CHUNK
 
 
 def steps_after(rollout_id: int, after: int, limit: int = CHUNK) -> list[dict]:
@@ -33,12 +42,13 @@ def steps_text(rollout_id: int, steps: list[dict]) -> str:
 
 
 class Frame:
-    """One encoded chunk: its text, the last index it holds and how many steps."""
+    """One encoded chunk: its text, the last index it holds, how many steps, and whether it is full
+    (holds as many as a chunk may: more may follow)."""
 
-    __slots__ = ("text", "last_index", "count")
+    __slots__ = ("text", "last_index", "count", "full")
 
-    def __init__(self, text: str, last_index: int, count: int):
-        self.text, self.last_index, self.count = text, last_index, count
+    def __init__(self, text: str, last_index: int, count: int, full: bool):
+        self.text, self.last_index, self.count, self.full = text, last_index, count, full
 
 
 class RolloutBacklog:
@@ -60,18 +70,65 @@ class RolloutBacklog:
 
     async def _read(self, after: int, finished: bool) -> Frame | None:
         try:
-            rows = await database_sync_to_async(steps_after)(self.rollout_id, after)
+            rows = await read_async(steps_after, self.rollout_id, after, chunk_after(after))
         except BaseException:
             self.frames.pop(after, None)
             raise
-        frame = Frame(steps_text(self.rollout_id, rows), rows[-1]["index"], len(rows)) if rows else None
-        if frame is None or (frame.count < CHUNK and not finished):
+        full = len(rows) == chunk_after(after)
+        frame = Frame(steps_text(self.rollout_id, rows), rows[-1]["index"], len(rows), full) if rows else None
+        if frame is None or (not full and not finished):
             self.frames.pop(after, None)
         return frame
 
     def forget(self) -> None:
         """The rollout restarted from step 0 (a redelivered task): its stored steps are new."""
         self.frames.clear()
+
+
+class FirstStepsFirst:
+    """Viewers of this event loop still waiting for their first steps go before the others' further
+    chunks: 200 viewers opening one rollout together each see its beginning sooner when the first
+    joiners do not write their whole backlog (and their clients read it) meanwhile. A viewer's further
+    chunk waits while any is owed its first, at most MAX_DEFER_S, so a stream of new viewers does not
+    hold the others up."""
+
+    MAX_DEFER_S = 0.5
+
+    def __init__(self):
+        self.owed = 0
+        self.none_owed = asyncio.Event()
+        self.none_owed.set()
+
+    def begin(self) -> None:
+        self.owed += 1
+        self.none_owed.clear()
+
+    def done(self) -> None:
+        self.owed -= 1
+        if self.owed <= 0:
+            self.owed = 0
+            self.none_owed.set()
+
+    async def wait_turn(self) -> None:
+        if self.owed:
+            try:
+                await asyncio.wait_for(self.none_owed.wait(), self.MAX_DEFER_S)
+            except TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(0)  # others' handshakes still get their turn between chunks
+
+
+_first_steps_first: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FirstStepsFirst]" = weakref.WeakKeyDictionary()
+
+
+def first_steps_first() -> FirstStepsFirst:
+    """This event loop's queue order of first chunks before further ones."""
+    loop = asyncio.get_running_loop()
+    order = _first_steps_first.get(loop)
+    if order is None:
+        order = _first_steps_first[loop] = FirstStepsFirst()
+    return order
 
 
 # Per event loop (one per web process; tests run several), by rollout id.

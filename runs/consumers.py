@@ -1,12 +1,12 @@
 """Websocket consumers that follow a rollout or a run: authenticate, subscribe, forward.
 
-The events come from `runs/events.py` (the one emitter). The rollout consumer joins its group before
-it reads the stored steps, so every step is either stored by then or arrives live; it remembers the
-last index it sent, drops live steps at or below it and fetches from the database any it missed,
-so a viewer sees each index once, in order. Channels hands a consumer one message at a time, and
-`connect` is one of them: live messages wait in the queue until the backlog is out. Its stored steps
-come from the rollout's shared backlog (`runs/backlog.py`). Run viewers have no channel of their own:
-the process's fan-out (`runs/fanout.py`) follows each run once for all of them.
+The events come from `runs/events.py` (the one emitter). No viewer has a channel of its own: the
+process's fan-out (`runs/fanout.py`) follows each run and rollout once for all of its viewers. The
+rollout consumer follows its rollout before it reads the stored steps, so every step is either stored
+by then or arrives live; live events wait in its inbox until connect is done (the backlog is out),
+then are handled one at a time. It remembers the last index it sent, drops live steps at or below it
+and fetches from the database any it missed, so a viewer sees each index once, in order. Its stored
+steps come from the rollout's shared backlog (`runs/backlog.py`).
 
 Close codes (after accepting, so the code reaches the client): 4401 not authenticated (no session,
 bad or revoked token), 4404 no such rollout or run in your teams (another team's looks the same),
@@ -14,19 +14,21 @@ bad or revoked token), 4404 no such rollout or run in your teams (another team's
 restarted, `runs/stream_watch.py`), after a `{"type": "stream", "status": "lost"}` message: reconnect
 (with `after=` your last index) and you get what you missed from the database.
 """
+import asyncio
 import logging
 import time
 from urllib.parse import parse_qs
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from studio.db_threads import read_async
+from studio.ws_auth import scope_caller
 from studio.models import Membership
 
 from . import events
-from .backlog import CHUNK, RolloutBacklog, backlog_join, backlog_leave, steps_text
-from .fanout import RunViewer, event_text, run_fanout
+from .backlog import RolloutBacklog, backlog_join, backlog_leave, first_steps_first, steps_text
+from .fanout import RunViewer, event_text, rollout_fanout, run_fanout
 from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
 from .stream_watch import CLOSE_STREAM_LOST, stream_watch
 
@@ -44,19 +46,46 @@ def _team_ids(user, api_token):
     return Membership.objects.filter(user=user).values("team_id")
 
 
-def _visible(model, pk: int, user, api_token) -> bool:
-    return model.objects.filter(pk=pk, team_id__in=_team_ids(user, api_token)).exists()
+def _visible_run(run_id: int, user, api_token) -> bool | None:
+    """True if the run is in one of the caller's teams, else None."""
+    return Run.objects.filter(pk=run_id, team_id__in=_team_ids(user, api_token)).exists() or None
 
 
-def _visible_rollout(rollout_id: int, user, api_token) -> Rollout | None:
-    """The rollout if it is in one of the caller's teams (one database hop for check and read)."""
-    return Rollout.objects.filter(pk=rollout_id, team_id__in=_team_ids(user, api_token)).first()
+# What a rollout's status message carries (events.rollout_status), read by hand: the ORM's compilation
+# of the same query cost more CPU than the query on every handshake (bench/bench_viewers.py).
+_STATUS_COLUMNS = ("id", "run_id", "task_id", "seed", "status", "step_count", "total_reward", "verifier_reward",
+                   "verifier_reason", "error", "end_reason")
+
+
+def _rollout_for_status(rollout_id: int, user=None, api_token=None) -> Rollout | None:
+    """The rollout (the fields of its status only), if it is in one of the caller's teams when a caller is
+    given; one database hop for check and read."""
+    sql = f"SELECT {', '.join(_STATUS_COLUMNS)} FROM {Rollout._meta.db_table} WHERE id = %s"
+    params = [rollout_id]
+    if api_token is not None:
+        sql += " AND team_id = %s"
+        params.append(api_token.team_id)
+    elif user is not None:
+        sql += f" AND team_id IN (SELECT team_id FROM {Membership._meta.db_table} WHERE user_id = %s)"
+        params.append(user.pk)
+    return next(iter(Rollout.objects.raw(sql, params)), None)
+
+
+_NOBODY = object()
+
+
+def _authorized(scope, lookup, object_id: int):
+    caller = scope_caller(scope)
+    if caller is None:
+        return _NOBODY
+    return lookup(object_id, *caller)
 
 
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
-    """Accepts, then refuses with a close code unless the user may see the object."""
+    """Accepts, then refuses with a close code unless the user may see the object. No channel of its
+    own: live events come through the process's fan-out (`runs/fanout.py`)."""
 
-    group: str | None = None
+    channel_layer_alias = None
     accepted = False
 
     async def accept(self, *args, **kwargs):
@@ -67,7 +96,7 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
         # Channels' dispatch first hops to the one thread-sensitive sync thread to close stale
         # database connections, for every message: with 100 viewers that single thread becomes the
         # bottleneck (seconds of lag measured in bench_streaming). Every database call here goes
-        # through database_sync_to_async, which closes stale connections itself, so skip the hop.
+        # through studio.db_threads.read_async, which closes stale connections itself, so skip the hop.
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
@@ -76,28 +105,6 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
     async def refuse(self, code: int) -> None:
         await self.accept()
         await self.close(code=code)
-
-    async def subscribe(self, group: str) -> bool:
-        """Join the group and the watch on its Redis; False (after closing with CLOSE_STREAM_LOST)
-        when the channel layer cannot be reached."""
-        try:
-            await self.channel_layer.group_add(group, self.channel_name)
-        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
-            logger.warning("could not subscribe to %s", group, exc_info=True)
-            await self.stream_lost()
-            return False
-        self.group = group
-        stream_watch().add(self)
-        return True
-
-    async def unsubscribe(self) -> None:
-        stream_watch().discard(self)
-        if self.group is not None:
-            group, self.group = self.group, None
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:  # noqa: BLE001 - Redis down: its subscriptions went with it
-                logger.warning("could not leave %s", group, exc_info=True)
 
     async def stream_lost(self) -> None:
         """The live stream broke (Redis down or restarted): say so, and close so the viewer reconnects."""
@@ -109,13 +116,17 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
         except Exception:  # noqa: BLE001 - the viewer may be gone already
             logger.debug("could not tell a viewer its stream was lost", exc_info=True)
 
-    async def caller(self) -> tuple | None:
-        """(user, api_token) of the connection, or None (after refusing) when nobody is logged in."""
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+    async def authorized(self, lookup, object_id: int):
+        """`lookup(object_id, user, api_token)` for the connection's caller, with the caller found in the
+        same database hop (studio.ws_auth.scope_caller); None after refusing when nobody valid is logged
+        in (4401) or the lookup finds nothing (4404)."""
+        found = await read_async(_authorized, self.scope, lookup, object_id)
+        if found is _NOBODY:
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return None
-        return user, self.scope.get("api_token")
+        if found is None:
+            await self.refuse(CLOSE_NOT_FOUND)
+        return found
 
     def query_param(self, name: str) -> str | None:
         values = parse_qs(self.scope.get("query_string", b"").decode("latin1")).get(name)
@@ -126,49 +137,104 @@ class RolloutConsumer(_TeamScopedConsumer):
     """`ws/rollouts/<id>/?after=<index>[&backlog=0]`: stored steps after `after`, a status, then live.
 
     The stored steps come from the rollout's shared backlog (`runs/backlog.py`): read and encoded once
-    per process for all the viewers who join, whatever their number."""
+    per process for all the viewers who join, whatever their number. Live events come through the
+    process's rollout fan-out into this viewer's inbox, handled one at a time once connect is done."""
 
     rollout_id: int | None = None
     backlog: RolloutBacklog | None = None
+    owed_first = False  # counted in first_steps_first() until its first chunk is out
+    following = False
+    pump: asyncio.Task | None = None
     finished = False
     last_index = -1
     catch_up = True
 
     async def connect(self):
+        first_steps_first().begin()
+        self.owed_first = True
+        try:
+            await self._connect()
+        finally:
+            self.first_sent()
+
+    def first_sent(self) -> None:
+        if self.owed_first:
+            self.owed_first = False
+            first_steps_first().done()
+
+    async def _connect(self):
         try:
             self.last_index = int(self.query_param("after") or -1)
             self.catch_up = (self.query_param("backlog") or "1") not in ("0", "false", "no")
         except ValueError:
             await self.refuse(CLOSE_BAD_REQUEST)
             return
-        caller = await self.caller()
-        if caller is None:
-            return
         rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        rollout = await database_sync_to_async(_visible_rollout)(rollout_id, *caller)
+        rollout = await self.authorized(_rollout_for_status, rollout_id)
         if rollout is None:
-            await self.refuse(CLOSE_NOT_FOUND)
             return
         self.rollout_id = rollout_id
+        self.inbox: asyncio.Queue = asyncio.Queue()
         self.backlog = backlog_join(rollout_id)
         # A rollout finished before we subscribe sends nothing live: its stored steps are all there is.
         self.finished = rollout.status in FINISHED_ROLLOUT_STATUSES
         await self.accept()
         # Subscribe first, read second: a step committed after the read is published after it too.
-        if not await self.subscribe(events.rollout_group(rollout_id)):
+        if not await self.subscribe():
             return
         if self.catch_up:
             await self.send_stored_steps()
         if not self.finished:
-            rollout = await database_sync_to_async(Rollout.objects.get)(pk=rollout_id)
+            rollout = await read_async(_rollout_for_status, rollout_id)
+            if rollout is None:  # deleted meanwhile (its run was)
+                await self.close(code=CLOSE_NOT_FOUND)
+                return
             await self.send_stored_steps(upto=rollout.step_count - 1)
         await self.send_json({"type": "status", **events.rollout_status(rollout)})
+        self.pump = asyncio.ensure_future(self._pump())
+
+    async def subscribe(self) -> bool:
+        """Follow the rollout's events; False (after closing with CLOSE_STREAM_LOST) when the channel
+        layer cannot be reached."""
+        try:
+            await rollout_fanout().join(self.rollout_id, self)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not subscribe to rollout %s", self.rollout_id, exc_info=True)
+            await self.stream_lost()
+            return False
+        self.following = True
+        stream_watch().add(self)
+        return True
 
     async def disconnect(self, code):
-        await self.unsubscribe()
+        self.first_sent()
+        stream_watch().discard(self)
+        if self.pump is not None:
+            self.pump.cancel()
+            self.pump = None
+        if self.following:
+            self.following = False
+            await rollout_fanout().leave(self.rollout_id, self)
         if self.backlog is not None:
             backlog_leave(self.backlog)
             self.backlog = None
+
+    def deliver(self, event: dict) -> None:
+        """An event of the rollout, from the fan-out: handled in order after connect (`_pump`)."""
+        self.inbox.put_nowait(event)
+
+    async def _pump(self) -> None:
+        while True:
+            event = await self.inbox.get()
+            try:
+                if event["type"] == "rollout.steps":
+                    await self.rollout_steps(event)
+                elif event["type"] == "rollout.status":
+                    await self.rollout_status(event)
+            except Exception:  # noqa: BLE001 - this viewer's stream is broken, not the process
+                logger.exception("could not send rollout %s's %s to a viewer", self.rollout_id, event["type"])
+                await self.close(code=1011)
+                return
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
@@ -183,8 +249,11 @@ class RolloutConsumer(_TeamScopedConsumer):
                 return
             await self.send(text_data=frame.text)
             self.last_index = frame.last_index
-            if frame.count < CHUNK or (upto is not None and self.last_index >= upto):
+            self.first_sent()
+            if not frame.full or (upto is not None and self.last_index >= upto):
                 return
+            # Other viewers' handshakes and first chunks go before this one's next chunk.
+            await first_steps_first().wait_turn()
 
     async def rollout_steps(self, event):
         steps = event["steps"]
@@ -218,23 +287,18 @@ class RunConsumer(_TeamScopedConsumer):
     summaries. Events come through the process's fan-out (`runs/fanout.py`), not a channel of each
     viewer's own; `batch=1` (the run page) takes what arrives together as one `batch` message."""
 
-    channel_layer_alias = None  # no channel of its own: the fan-out's one channel serves every viewer
     viewer: RunViewer | None = None
 
     async def connect(self):
-        caller = await self.caller()
-        if caller is None:
-            return
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         batch = (self.query_param("batch") or "0") in ("1", "true", "yes")
-        if not await database_sync_to_async(_visible)(Run, run_id, *caller):
-            await self.refuse(CLOSE_NOT_FOUND)
+        if not await self.authorized(_visible_run, run_id):
             return
         # Subscribe before reading the summary, so no status change falls between the two; the
         # summary is read once for all the viewers who joined before the read began.
         self.viewer = RunViewer(run_id=run_id, send=self.send_text, batch=batch)
         joined_at = time.monotonic()
-        if not await self.subscribe(events.run_group(run_id)):
+        if not await self.subscribe():
             self.viewer = None
             return
         summary = await run_fanout().summary_text(run_id, joined_at)
@@ -242,11 +306,11 @@ class RunConsumer(_TeamScopedConsumer):
         await self.send(text_data=summary)
         self.viewer.start()
 
-    async def subscribe(self, group: str) -> bool:
+    async def subscribe(self) -> bool:
         try:
-            await run_fanout().join(self.viewer)
+            await run_fanout().join(self.viewer.run_id, self.viewer)
         except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
-            logger.warning("could not subscribe to %s", group, exc_info=True)
+            logger.warning("could not subscribe to run %s", self.viewer.run_id, exc_info=True)
             await self.stream_lost()
             return False
         stream_watch().add(self)
@@ -256,7 +320,7 @@ class RunConsumer(_TeamScopedConsumer):
         stream_watch().discard(self)
         if self.viewer is not None:
             viewer, self.viewer = self.viewer, None
-            await run_fanout().leave(viewer)
+            await run_fanout().leave(viewer.run_id, viewer)
 
     async def disconnect(self, code):
         await self.unsubscribe()

@@ -1,12 +1,18 @@
-"""Live events of a run to every viewer of it in this web process: one subscription, one decode and
-one encoding per event, however many viewers.
+"""Live events to every viewer of a run or a rollout in this web process: one subscription per run or
+rollout, one decode per event, however many viewers.
 
 With a channel-layer subscription per viewer, each event was decoded, dispatched and sent once per
-viewer, and 1,000 viewers of a run fell tens of seconds behind (bench/bench_viewers.py). Here one
-channel of the process joins the run's group; each event becomes text once and is appended to each
-viewer's outbox; a viewer's writer sends what its outbox holds, at most every BATCH_EVERY_S with many
-viewers (less with few: BATCH_FULL_AT; the first event after a quiet spell at once). A viewer that asked for batches (`?batch=1`, the run page) gets
-everything waiting as one `{"type": "batch", "messages": [...]}` frame, others one frame per message.
+viewer, and 1,000 viewers of a run fell tens of seconds behind; each viewer's subscribing and leaving
+were Redis commands of its own (bench/bench_viewers.py). Here one channel of the process joins the
+groups its viewers follow (one channel for runs, one for rollouts).
+
+Run viewers: each event becomes text once and is appended to each viewer's outbox; a viewer's writer
+sends what its outbox holds, at most every BATCH_EVERY_S with many viewers (less with few:
+BATCH_FULL_AT; the first event after a quiet spell at once). A viewer that asked for batches
+(`?batch=1`, the run page) gets everything waiting as one `{"type": "batch", "messages": [...]}` frame,
+others one frame per message. Rollout viewers get each event through their `deliver` (the consumer
+keeps its own order and fills gaps from the database), and the text of a batch that follows on is
+encoded once for all of them (`event_text`).
 """
 import asyncio
 import json
@@ -118,58 +124,80 @@ class RunViewer:
             self.push(await run_fanout().summary_text(self.run_id, wanted_at))
 
 
-class RunFanout:
-    """This event loop's channel on the run groups its viewers follow, and those viewers."""
+class GroupFanout:
+    """This event loop's channel on the groups of one kind (a run's or a rollout's) its viewers follow.
 
-    def __init__(self):
-        self.viewers: dict[int, set[RunViewer]] = {}
+    One channel per kind: a rollout's events go to its rollout group and its run group, and a channel in
+    both would get each event twice with no word of which group it came through."""
+
+    def __init__(self, group_of, key: str):
+        self.group_of, self.key = group_of, key  # group name of an id; the event field that holds the id
+        self.viewers: dict[int, set] = {}
         self.channel: str | None = None
         self.reader: asyncio.Task | None = None
         self.lock = asyncio.Lock()
-        self.summaries: dict[int, tuple[float, str]] = {}
-        self.summary_locks: dict[int, asyncio.Lock] = {}
 
-    async def join(self, viewer: RunViewer) -> None:
-        """Follow the viewer's run (raises when the channel layer cannot be reached)."""
+    async def join(self, key: int, viewer) -> None:
+        """Follow the group of `key` for the viewer (raises when the channel layer cannot be reached)."""
         async with self.lock:
             layer = get_channel_layer()
             if self.channel is None:
-                self.channel = await layer.new_channel("runs-fanout.")
+                self.channel = await layer.new_channel("fanout.")
                 self.reader = asyncio.ensure_future(self._read(layer, self.channel))
-            if viewer.run_id not in self.viewers:
-                await layer.group_add(events.run_group(viewer.run_id), self.channel)
-                self.viewers[viewer.run_id] = set()
-            self.viewers[viewer.run_id].add(viewer)
+            if key not in self.viewers:
+                await layer.group_add(self.group_of(key), self.channel)
+                self.viewers[key] = set()
+            self.viewers[key].add(viewer)
 
-    async def leave(self, viewer: RunViewer) -> None:
-        viewer.stop()
+    async def leave(self, key: int, viewer) -> bool:
+        """Stop following for the viewer; True when it was the last one of its group here."""
         async with self.lock:
-            viewers = self.viewers.get(viewer.run_id)
+            viewers = self.viewers.get(key)
             if viewers is None or viewer not in viewers:
-                return
+                return False
             viewers.discard(viewer)
             if viewers:
-                return
-            del self.viewers[viewer.run_id]
-            self.summaries.pop(viewer.run_id, None)
-            self.summary_locks.pop(viewer.run_id, None)
+                return False
+            del self.viewers[key]
             try:
-                await get_channel_layer().group_discard(events.run_group(viewer.run_id), self.channel)
+                await get_channel_layer().group_discard(self.group_of(key), self.channel)
             except Exception:  # noqa: BLE001 - Redis down: its subscriptions went with it
-                logger.warning("could not leave the group of run %s", viewer.run_id, exc_info=True)
+                logger.warning("could not leave %s", self.group_of(key), exc_info=True)
+            return True
 
     async def _read(self, layer, channel: str) -> None:
         while True:
             event = await layer.receive(channel)
+            viewers = self.viewers.get(event.get(self.key))
+            if not viewers:
+                continue
             try:
-                self.deliver(event)
+                self.deliver(event, viewers)
             except Exception:  # noqa: BLE001 - one bad event must not stop every viewer's stream
                 logger.exception("could not deliver %s", event.get("type"))
 
-    def deliver(self, event: dict) -> None:
-        viewers = self.viewers.get(event.get("run_id"))
-        if not viewers:
-            return
+    def deliver(self, event: dict, viewers: set) -> None:
+        for viewer in list(viewers):
+            viewer.deliver(event)
+
+
+class RunFanout(GroupFanout):
+    """Run viewers: each event encoded once, into every viewer's outbox, and summaries read once."""
+
+    def __init__(self):
+        super().__init__(events.run_group, "run_id")
+        self.summaries: dict[int, tuple[float, str]] = {}
+        self.summary_locks: dict[int, asyncio.Lock] = {}
+
+    async def leave(self, key: int, viewer) -> bool:
+        viewer.stop()
+        last = await super().leave(key, viewer)
+        if last:
+            self.summaries.pop(key, None)
+            self.summary_locks.pop(key, None)
+        return last
+
+    def deliver(self, event: dict, viewers: set) -> None:
         kind = event["type"]
         text = event_text(event) if kind in ("rollout.steps", "rollout.status") else None
         # The run finished or was cancelled, or a rollout finished: the figures change with it.
@@ -195,13 +223,24 @@ class RunFanout:
             return text
 
 
-_fanouts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RunFanout]" = weakref.WeakKeyDictionary()
+_fanouts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, GroupFanout]]" = weakref.WeakKeyDictionary()
+
+
+def _fanout(kind: str, make) -> GroupFanout:
+    loop = asyncio.get_running_loop()
+    mine = _fanouts.get(loop)
+    if mine is None:
+        mine = _fanouts[loop] = {}
+    if kind not in mine:
+        mine[kind] = make()
+    return mine[kind]
 
 
 def run_fanout() -> RunFanout:
-    """This event loop's fan-out (one per web process; tests run several loops)."""
-    loop = asyncio.get_running_loop()
-    fanout = _fanouts.get(loop)
-    if fanout is None:
-        fanout = _fanouts[loop] = RunFanout()
-    return fanout
+    """This event loop's fan-out of run events (one per web process; tests run several loops)."""
+    return _fanout("run", RunFanout)
+
+
+def rollout_fanout() -> GroupFanout:
+    """This event loop's fan-out of rollout events: each viewer's `deliver(event)` is called in turn."""
+    return _fanout("rollout", lambda: GroupFanout(events.rollout_group, "rollout_id"))

@@ -1,6 +1,8 @@
 """State changes for teams, memberships and API tokens."""
+import functools
+
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from .errors import DomainError
@@ -76,21 +78,46 @@ def token_revoke(*, token: ApiToken, actor) -> None:
         token.save(update_fields=["revoked_at"])
 
 
+def _columns(model, alias: str) -> tuple[list[str], str]:
+    """A model's concrete fields (attribute names) and their SELECT list under a table alias."""
+    fields = model._meta.concrete_fields
+    return [f.attname for f in fields], ", ".join(f'{alias}."{f.column}"' for f in fields)
+
+
+@functools.cache
+def _token_sql() -> tuple[str, list]:
+    user_model = get_user_model()
+    parts = [(ApiToken, "t"), (user_model, "u"), (Team, "m")]
+    columns = [_columns(model, alias) for model, alias in parts]
+    sql = (
+        f"SELECT {', '.join(select for _, select in columns)} FROM {ApiToken._meta.db_table} t"
+        f" JOIN {user_model._meta.db_table} u ON u.id = t.user_id JOIN {Team._meta.db_table} m ON m.id = t.team_id"
+        " WHERE t.token_hash = %s AND t.revoked_at IS NULL AND u.is_active"
+        f" AND EXISTS (SELECT 1 FROM {Membership._meta.db_table} s WHERE s.team_id = t.team_id AND s.user_id = t.user_id)"
+    )
+    return sql, [(model, names) for (model, _), (names, _) in zip(parts, columns)]
+
+
 def token_authenticate(raw: str) -> ApiToken | None:
-    """The active token for this raw value, with its team and user, or None."""
+    """The active token for this raw value, with its team and user, or None. A token outlives nothing:
+    it stops working when its user leaves the team or is deactivated.
+
+    One hand-written query: every API call and websocket handshake of a program comes through here, and
+    the ORM's compilation of the same query (select_related plus the membership check) cost 2.3 ms of
+    CPU per call against 0.3 ms (bench/bench_viewers.py: 200 viewers joining at once)."""
     if not raw or not raw.startswith(ApiToken.PREFIX):
         return None
-    token = (
-        ApiToken.objects.active()
-        .select_related("team", "user")
-        .filter(token_hash=hash_token(raw), user__is_active=True)
-        .first()
-    )
-    if token is None:
+    sql, parts = _token_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [hash_token(raw)])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    # A token outlives nothing: it stops working when its user leaves the team.
-    if not Membership.objects.filter(team=token.team, user=token.user).exists():
-        return None
+    objects, start = [], 0
+    for model, names in parts:
+        objects.append(model.from_db(connection.alias, names, row[start: start + len(names)]))
+        start += len(names)
+    token, token.user, token.team = objects
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -1,11 +1,11 @@
 """Who is on the other end of a websocket: an API token (programs) or the session user (pages).
 
-`TokenAuthMiddleware` sits inside Channels' `AuthMiddlewareStack` (`SessionUnlessToken`): a token in `?token=es_...` or an
-`Authorization: Bearer es_...` header wins over the session; a token that is given but not valid
-(unknown, revoked, its user gone from the team) leaves an anonymous user, never the session's, so a
-script with a dead token is refused instead of quietly acting as whoever's cookie came along.
-It sets `scope["user"]`, and `scope["api_token"]` (None for session users): a token reaches only
-its own team's objects, as in the REST API.
+`scope_caller` finds the caller: a token in `?token=es_...` or an `Authorization: Bearer es_...`
+header wins over the session; a token that is given but not valid (unknown, revoked, its user gone
+from the team) means nobody, never the session's user, so a script with a dead token is refused
+instead of quietly acting as whoever's cookie came along. It gives (user, api_token), api_token None
+for session users: a token reaches only its own team's objects, as in the REST API. Consumers call
+it in the same database hop as their access check (one hop per handshake).
 
 `ProgramOriginValidator` is `AllowedHostsOriginValidator` that also lets a handshake without an
 `Origin` header through. Browsers always send Origin, so cross-site websocket hijacking (a foreign
@@ -15,7 +15,6 @@ cookie, only a token.
 from urllib.parse import parse_qs
 
 from channels.auth import AuthMiddlewareStack
-from channels.db import database_sync_to_async
 from channels.security.websocket import OriginValidator
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
@@ -36,26 +35,24 @@ def raw_token_from_scope(scope) -> str | None:
     return None
 
 
-class TokenAuthMiddleware:
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        scope = dict(scope)
-        scope.setdefault("api_token", None)
-        raw = raw_token_from_scope(scope)
-        if raw is not None:
-            token = await database_sync_to_async(token_authenticate)(raw)
-            scope["api_token"] = token
-            scope["user"] = token.user if token is not None else AnonymousUser()
-        return await self.app(scope, receive, send)
+def scope_caller(scope) -> tuple | None:
+    """(user, api_token) of a websocket connection, or None when nobody valid is on the other end.
+    Synchronous (one query for a token): consumers call it in the same database hop as their access
+    check. A token that is given but not valid never falls back to the session's user."""
+    raw = raw_token_from_scope(scope)
+    if raw is not None:
+        token = token_authenticate(raw)
+        return (token.user, token) if token is not None else None
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return None
+    return user, None
 
 
 class SessionUnlessToken:
     """Channels' session and user lookup (`AuthMiddlewareStack`, a database hop) only for connections
-    without a token: a token connection's user comes from its token alone (`TokenAuthMiddleware`),
-    so it skips the lookup (one hop less per program viewer; 200 of them joining at once queue their
-    hops on one thread)."""
+    without a token: a token connection's user comes from its token alone (`scope_caller`), so it
+    skips the lookup (one hop less per program viewer; 200 of them joining at once queue their hops)."""
 
     def __init__(self, inner):
         self.inner, self.with_session = inner, AuthMiddlewareStack(inner)

@@ -183,7 +183,7 @@ def test_program_without_origin_header_connects_with_a_token_but_a_foreign_page_
 # -- what a rollout viewer receives ---------------------------------------------------------------------
 
 def test_viewer_gets_stored_steps_then_status_then_live_steps_and_status(rollout, owner):
-    write_and_publish(rollout, range(0, 1200))  # more than one chunk
+    write_and_publish(rollout, range(0, 1200))  # more than one chunk (runs.backlog.FIRST_CHUNK, CHUNK)
 
     cookie = session_cookie(owner)
 
@@ -205,7 +205,7 @@ def test_viewer_gets_stored_steps_then_status_then_live_steps_and_status(rollout
         return sizes, indexes, status, live, final
 
     sizes, indexes, status, live, final = async_to_sync(scenario)()
-    assert sizes == [500, 500, 200] and indexes == list(range(1200))
+    assert sizes == [100, 500, 500, 100] and indexes == list(range(1200))  # a small first chunk, then 500s
     assert status["type"] == "status" and status["status"] == "running" and status["step_count"] == 1200
     assert live == {"type": "steps", "rollout_id": rollout.pk, "steps": [step_dict(i) for i in range(1200, 1210)]}
     assert final["type"] == "status" and final["status"] == "succeeded" and final["rollout_id"] == rollout.pk
@@ -360,9 +360,9 @@ def test_viewers_joining_together_share_one_read_of_the_backlog_and_it_is_let_go
     assert all([m["type"] for m in others] == ["status"] for _, others in seen)
     # Full chunks once; the last, short chunk (and the empty read after it) of a running rollout can
     # still grow, so it is shared only by viewers who ask while it is being read.
-    assert reads.count(-1) == reads.count(499) == 1
+    assert reads.count(-1) == reads.count(99) == reads.count(599) == 1
     if finished:
-        assert sorted(reads) == [-1, 499, 999]
+        assert sorted(reads) == [-1, 99, 599, 1099]
     assert held == 1 and left == 0
 
 
