@@ -12,6 +12,7 @@ kept whole.
 """
 import asyncio
 import json
+import time
 import weakref
 
 from studio.db_threads import read_async
@@ -86,21 +87,25 @@ class RolloutBacklog:
 
 
 class FirstStepsFirst:
-    """Viewers of this event loop still waiting for their first steps go before the others' further
-    chunks: 200 viewers opening one rollout together each see its beginning sooner when the first
-    joiners do not write their whole backlog (and their clients read it) meanwhile. A viewer's further
-    chunk waits while any is owed its first, at most MAX_DEFER_S, so a stream of new viewers does not
-    hold the others up."""
+    """Viewers of this event loop still joining go before the others' further chunks: 200 viewers
+    opening one rollout together each see its beginning sooner when the first joiners do not write
+    their whole backlog (and their clients read it) meanwhile. A viewer's further chunk waits while
+    any viewer is owed its first chunk, or one began joining less than QUIET_S ago (a burst of joins
+    is still arriving), at most MAX_DEFER_S in all, so a stream of new viewers does not hold the others
+    up for long."""
 
-    MAX_DEFER_S = 0.5
+    QUIET_S = 0.05
+    MAX_DEFER_S = 1.0
 
     def __init__(self):
         self.owed = 0
+        self.began_at = 0.0
         self.none_owed = asyncio.Event()
         self.none_owed.set()
 
     def begin(self) -> None:
         self.owed += 1
+        self.began_at = time.monotonic()
         self.none_owed.clear()
 
     def done(self) -> None:
@@ -110,13 +115,18 @@ class FirstStepsFirst:
             self.none_owed.set()
 
     async def wait_turn(self) -> None:
-        if self.owed:
-            try:
-                await asyncio.wait_for(self.none_owed.wait(), self.MAX_DEFER_S)
-            except TimeoutError:
-                pass
-        else:
-            await asyncio.sleep(0)  # others' handshakes still get their turn between chunks
+        deadline = time.monotonic() + self.MAX_DEFER_S
+        while (now := time.monotonic()) < deadline:
+            if self.owed:
+                try:
+                    await asyncio.wait_for(self.none_owed.wait(), deadline - now)
+                except TimeoutError:
+                    return
+            elif now < self.began_at + self.QUIET_S:
+                await asyncio.sleep(min(self.began_at + self.QUIET_S, deadline) - now)
+            else:
+                break
+        await asyncio.sleep(0)  # others' handshakes still get their turn between chunks
 
 
 _first_steps_first: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, FirstStepsFirst]" = weakref.WeakKeyDictionary()
