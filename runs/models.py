@@ -223,7 +223,9 @@ class AgreementTally(models.Model):
     """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
     trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a
     run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
-    replaces its rollout's old contribution in the run's totals. Read only through that selector."""
+    replaces its rollout's old contribution in the run's totals. A rollout's row also holds its human
+    decisions (approved ... decisions) and who decided it (`deciders`), for BlindTally (migration 0018).
+    Read only through that selector."""
 
     run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
     rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
@@ -240,10 +242,43 @@ class AgreementTally(models.Model):
     multi = models.IntegerField(default=0)  # rollouts rated by more than one reviewer
     pairs = models.BigIntegerField(default=0)
     agreeing = models.BigIntegerField(default=0)
+    deciders = ArrayField(models.BigIntegerField(), default=list)  # a rollout's row: its human reviewers' ids
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["run", "shard"], condition=models.Q(rollout__isnull=True), name="agreement_run_total"),
+        ]
+
+
+class BlindTally(models.Model):
+    """What blind review takes out of a run's agreement figures for a reviewer who owes reviews, kept by
+    the agreement trigger (migration 0018). Over the run's rollouts whose review is under way (some, but
+    fewer than reviews_required, humans decided): `reviewer` NULL rows sum their contributions (as
+    AgreementTally's rollout rows hold them), a reviewer's rows sum those of the ones that reviewer
+    decided. A reviewer owes exactly the under-way rollouts they did not decide, so what is hidden from
+    them is the first less the second: a fixed number of rows, however many rollouts are under way.
+    Read only through runs.review.selectors.agreement."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, related_name="+",
+                                 db_constraint=False, null=True)
+    shard = models.PositiveSmallIntegerField()
+    reviewed = models.IntegerField(default=0)
+    approved = models.IntegerField(default=0)
+    rejected = models.IntegerField(default=0)
+    overridden = models.IntegerField(default=0)
+    decisions = models.IntegerField(default=0)
+    tt = models.IntegerField(default=0)
+    tf = models.IntegerField(default=0)
+    ft = models.IntegerField(default=0)
+    ff = models.IntegerField(default=0)
+    multi = models.IntegerField(default=0)
+    pairs = models.BigIntegerField(default=0)
+    agreeing = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "reviewer", "shard"], nulls_distinct=False, name="blind_tally_key"),
         ]
 
 

@@ -2,13 +2,13 @@
 annotations, and agreement figures (verifier vs human, human vs human) per version or run."""
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum, Value
+from django.db.models import Exists, F, OuterRef, Value
 from django.db.models.functions import Coalesce, Greatest
 
 from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import AgreementTally, Annotation, LabelDecision, LabelSource, ReviewState, RewardLabel, Rollout
+from ..models import Annotation, LabelSource, ReviewState, RewardLabel, Rollout
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -128,6 +128,10 @@ def label_history(rollout):
     return RewardLabel.objects.filter(rollout=rollout).select_related("reviewer", "step").order_by("created_at", "id")
 
 
+def _review_roles() -> list[str]:
+    return [role for role, permissions in ROLE_PERMISSIONS.items() if "review" in permissions]
+
+
 def rollouts_owed_by(*, viewer, rollouts=None):
     """The rollouts (of `rollouts`, a queryset; default all) on which `viewer` still owes one of the K
     independent reviews: a member who may review, has not decided it, and fewer than K humans have.
@@ -137,8 +141,7 @@ def rollouts_owed_by(*, viewer, rollouts=None):
     rollouts = Rollout.objects.all() if rollouts is None else rollouts
     if viewer is None or not getattr(viewer, "pk", None):
         return rollouts.none()
-    review_roles = [role for role, permissions in ROLE_PERMISSIONS.items() if "review" in permissions]
-    teams = Membership.objects.filter(user=viewer, role__in=review_roles).values("team_id")
+    teams = Membership.objects.filter(user=viewer, role__in=_review_roles()).values("team_id")
     return (
         rollouts.filter(team_id__in=teams)
         .annotate(human_deciders_for_blind=Coalesce(F("review_state__deciders"), Value(0)))
@@ -216,14 +219,30 @@ WHERE r.run_id IN ({runs}) GROUP BY tag
 """
 
 
+# What blind review hides from a viewer (BlindTally, migration 0018): over the rollouts whose review is under
+# way, all of them less the ones the viewer decided, in the runs of teams where the viewer may review.
+_BLIND_FIELDS = ("reviewed", "approved", "rejected", "overridden", "decisions", "tt", "tf", "ft", "ff", "multi", "pairs", "agreeing")
+_BLIND_SQL = """
+WITH b AS (
+    SELECT * FROM runs_blindtally WHERE (reviewer_id IS NULL OR reviewer_id = %s) AND run_id IN (
+        SELECT id FROM runs_run WHERE id IN ({runs})
+        AND team_id IN (SELECT team_id FROM studio_membership WHERE user_id = %s AND role = ANY(%s)))
+)
+SELECT """ + ", ".join(
+    f"coalesce(sum({f}) FILTER (WHERE reviewer_id IS NULL), 0) - coalesce(sum({f}) FILTER (WHERE reviewer_id IS NOT NULL), 0)"
+    for f in _BLIND_FIELDS
+) + " FROM b"
+
+
 def agreement(*, version=None, run=None, viewer=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
     Read from the tallies a database trigger keeps as labels are added (AgreementTally, migration 0013):
     a fixed number of rows per run, however many rollouts and labels it has. With a `viewer`, human
-    decisions on rollouts they still owe a review are left out (blind review): those rollouts' own
-    contributions are taken back out, which costs the rollouts owed.
+    decisions on rollouts they still owe a review are left out (blind review, rollouts_owed_by's rule):
+    what those rollouts contribute is taken back out, read from BlindTally (migration 0018), again a
+    fixed number of rows however many rollouts the viewer owes.
     """
     from django.db import connection
 
@@ -239,29 +258,19 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
          rollouts_multi, human_pairs, agreeing_human_pairs, rollouts) = (int(x) for x in cursor.fetchone())
         cursor.execute(_AGREEMENT_TAGS_SQL.format(runs=runs), [param])
         tags = dict(cursor.fetchall())
-    if viewer is not None:
-        scope = Rollout.objects.filter(run=run) if run is not None else Rollout.objects.filter(run__environment_version=version)
-        # Only rollouts someone decided hold decisions to hide; of those, only the ones that may still owe
-        # reviews (open, or without a proposal), read through their partial index: the cost is the
-        # rollouts whose review is under way, not the run's.
-        team_id = run.team_id if run is not None else version.environment.team_id
-        begun = ReviewState.objects.filter(team_id=team_id, deciders__gt=0).filter(Q(open=True) | Q(has_proposal=False))
-        scope = scope.filter(pk__in=begun.values("rollout_id"))
-        owed = rollouts_owed_by(viewer=viewer, rollouts=scope).values("pk")
-        hidden = AgreementTally.objects.filter(rollout_id__in=owed).aggregate(
-            **{name: Coalesce(Sum(name), 0) for name in ("reviewed", "tt", "tf", "ft", "ff", "multi", "pairs", "agreeing")})
-        human = RewardLabel.objects.filter(rollout_id__in=owed, step__isnull=True, source=LabelSource.HUMAN)
-        hidden_decisions = human.aggregate(
-            all=Count("id"), **{d: Count("id", filter=Q(decision=d)) for d in ("approved", "rejected", "overridden")})
+    if viewer is not None and getattr(viewer, "pk", None):
+        with connection.cursor() as cursor:
+            cursor.execute(_BLIND_SQL.replace("{runs}", runs), [viewer.pk, param, viewer.pk, _review_roles()])
+            hidden = dict(zip(_BLIND_FIELDS, (int(x) for x in cursor.fetchone())))
         reviewed -= hidden["reviewed"]
         tt, tf, ft, ff = tt - hidden["tt"], tf - hidden["tf"], ft - hidden["ft"], ff - hidden["ff"]
         rollouts_multi -= hidden["multi"]
         human_pairs -= hidden["pairs"]
         agreeing_human_pairs -= hidden["agreeing"]
-        human_decisions -= hidden_decisions["all"]
-        approved -= hidden_decisions["approved"]
-        rejected -= hidden_decisions["rejected"]
-        overridden -= hidden_decisions["overridden"]
+        human_decisions -= hidden["decisions"]
+        approved -= hidden["approved"]
+        rejected -= hidden["rejected"]
+        overridden -= hidden["overridden"]
     changed = overridden + rejected
     override_rate = changed / human_decisions if human_decisions else None
     compared = tt + tf + ft + ff

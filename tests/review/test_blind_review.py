@@ -116,3 +116,48 @@ def test_label_history_rollout_and_review_pages_hide_other_decisions(decided_by_
         assert SECRET not in response.content.decode() and "rita" not in response.content.decode(), name
     assert api.get(f"/rollouts/{rollout.pk}/labels").json()["review_open_for_you"] is True
     assert SECRET in api_for(viewer, team).get(f"/rollouts/{rollout.pk}/labels").content.decode()
+
+
+def test_blind_agreement_equals_the_same_run_without_the_decisions_the_viewer_owes(make_run, team, owner, reviewer,
+                                                                                  second_reviewer, viewer):
+    """Three reviews wanted; four members decide 16 rollouts in a seeded order, some change their mind,
+    some labels arrive several in one statement. For each member, the figures they see equal those of a
+    twin run holding only the human decisions of the rollouts they do not owe (kept by BlindTally in a
+    fixed number of rows, not by reading the rollouts owed)."""
+    import random
+
+    from runs.models import LabelDecision, LabelSource, RewardLabel
+    from runs.review.selectors import agreement, rollouts_owed_by
+    from studio.models import Membership, Role
+    from tests.conftest import make_user
+
+    third = make_user("rhea")
+    Membership.objects.create(team=team, user=third, role=Role.REVIEWER)
+    people = [owner, reviewer, second_reviewer, third]
+    rng = random.Random(16)
+    rewards = [rng.choice([0.0, 1.0]) for _ in range(16)]
+    plan = []  # (rollout index, person index, decision, value), in the order they are written
+    for index in range(16):
+        for person in rng.sample(range(4), rng.choice([0, 1, 1, 2, 2, 3])):
+            decision = rng.choice([LabelDecision.APPROVED, LabelDecision.REJECTED, LabelDecision.OVERRIDDEN])
+            plan.append((index, person, decision, rng.choice([0.0, 0.5]) if decision == LabelDecision.OVERRIDDEN else None))
+    rng.shuffle(plan)
+    plan += [(index, person, LabelDecision.REJECTED, None) for index, person, _, _ in plan[:3]]  # changes of mind
+
+    def write(run, steps):
+        rollouts = list(run.rollouts.order_by("seed"))
+        labels = [RewardLabel(team=team, rollout=rollouts[i], source=LabelSource.HUMAN, decision=d, value=v,
+                              reviewer=people[p]) for i, p, d, v in steps]
+        for start in range(0, len(labels), 5):  # several labels per statement, sometimes of one rollout
+            RewardLabel.objects.bulk_create(labels[start: start + 5])
+
+    run = make_run(rewards, reviews_required=3)
+    write(run, plan)
+    for member in people:
+        owed = set(rollouts_owed_by(viewer=member, rollouts=run.rollouts.all()).values_list("seed", flat=True))
+        assert 0 < len(owed) < 16, member  # the case under test: some owed, some not
+        twin = make_run(rewards, reviews_required=3)
+        write(twin, [step for step in plan if step[0] not in owed])
+        assert agreement(run=run, viewer=member) == agreement(run=twin), member.username
+    # A member who may not review owes nothing: they see every decision.
+    assert agreement(run=run, viewer=viewer) == agreement(run=run)
