@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 
 from runs import backlog, events, services
-from runs.fanout import run_fanout
+from runs.fanout import rollout_fanout, run_fanout
 from runs.models import Rollout, RolloutStatus, Step
 from studio import services as studio_services
 from studio.asgi import application
@@ -364,6 +364,32 @@ def test_viewers_joining_together_share_one_read_of_the_backlog_and_it_is_let_go
     if finished:
         assert sorted(reads) == [-1, 99, 599, 1099]
     assert held == 1 and left == 0
+
+
+def test_rollout_viewers_share_one_subscription_and_each_gets_live_steps_once(rollout, owner):
+    """20 viewers of a running rollout are one member of its group in this process; a live batch reaches
+    each of them once, after their stored steps; once they have left the process follows it no more."""
+    write_and_publish(rollout, range(0, 3))
+    cookie = session_cookie(owner)
+
+    async def scenario():
+        import asyncio
+
+        comms = [communicator(f"/ws/rollouts/{rollout.pk}/", cookie) for _ in range(20)]
+        for comm in comms:
+            assert (await comm.connect())[0]
+        stored = await asyncio.gather(*(collect_steps(comm, 2) for comm in comms))
+        members = len(rollout_fanout().viewers[rollout.pk])
+        await async_to_sync_in_thread(write_and_publish, rollout, range(3, 6))
+        live = await asyncio.gather(*(collect_steps(comm, 5) for comm in comms))
+        for comm in comms:
+            await comm.disconnect()
+        return stored, live, members, dict(rollout_fanout().viewers)
+
+    stored, live, members, left = async_to_sync(scenario)()
+    assert members == 20 and left == {}
+    assert all(indexes == [0, 1, 2] for indexes, _ in stored)
+    assert all(indexes == [3, 4, 5] for indexes, _ in live)
 
 
 # -- what a run viewer receives ---------------------------------------------------------------------------
