@@ -124,6 +124,25 @@ class StepWriter:
         events.publish_steps(self.rollout, steps)
 
 
+def play_rollout(rollout, steps: int, last_batch_at: list | None = None) -> None:
+    """Publish `steps` steps in the engine's batches, one step every 5 ms, then finish the rollout;
+    `last_batch_at` (when given) gets the moment just before its last batch goes out."""
+    from runs import events
+    from runs.models import Rollout, RolloutStatus
+
+    writer = StepWriter(rollout)
+    for index in range(steps):
+        writer.add(index)
+        if writer.due():
+            writer.flush()
+        time.sleep(0.005)
+    if last_batch_at is not None:
+        last_batch_at.append(time.time())
+    writer.flush()
+    Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.SUCCEEDED)
+    events.publish_rollout(Rollout.objects.get(pk=rollout.pk))
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -234,9 +253,6 @@ def bench_fanout(port: int, server_pid: int, token: str, run, rollouts, viewers:
     """Viewers live in `processes` child processes, as browsers would be: none of them shares the
     publisher's interpreter (one Python process with 100 sockets and 10 writer threads measures its
     own GIL more than the server)."""
-    from runs import events
-    from runs.models import Rollout, RolloutStatus
-
     url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?token={token}"
     began = time.perf_counter()
     shares = [viewers // processes + (1 if i < viewers % processes else 0) for i in range(processes)]
@@ -249,19 +265,8 @@ def bench_fanout(port: int, server_pid: int, token: str, run, rollouts, viewers:
         assert child.stdout.readline().strip() == "READY"
     connect_s = time.perf_counter() - began
 
-    def play(rollout) -> None:
-        writer = StepWriter(rollout)
-        for index in range(steps_each):
-            writer.add(index)
-            if writer.due():
-                writer.flush()
-            time.sleep(0.005)
-        writer.flush()
-        Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.SUCCEEDED)
-        events.publish_rollout(Rollout.objects.get(pk=rollout.pk))
-
     started, cpu_before = time.perf_counter(), cpu_seconds(server_pid)
-    for thread in [in_thread(play, rollout) for rollout in rollouts]:
+    for thread in [in_thread(play_rollout, rollout, steps_each) for rollout in rollouts]:
         thread.join()
     publish_s = time.perf_counter() - started
     results = [r for child in children for r in json.loads(child.stdout.readline())]

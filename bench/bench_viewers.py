@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_streaming import StepWriter, cpu_seconds, create_fixtures, in_thread, open_viewer, start_server  # noqa: E402
+from bench_streaming import cpu_seconds, create_fixtures, in_thread, open_viewer, play_rollout, start_server  # noqa: E402
 from bench_support import percentile, prepare_database  # noqa: E402
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/studio_bench_viewers"
@@ -202,11 +202,8 @@ def live_child_main(url: str, port: int, viewers: int, first: int) -> None:
 
 
 def bench_live(port: int, server_pid: int, token: str, run, rollouts, viewers: int, steps_each: int, processes: int) -> dict:
-    """Rollouts publish in the engine's batches (bench_streaming's StepWriter) while the viewers,
+    """Rollouts publish in the engine's batches (bench_streaming's play_rollout) while the viewers,
     spread over child processes, follow the run."""
-    from runs import events
-    from runs.models import Rollout, RolloutStatus
-
     url = f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/?token={token}&batch=1"
     began = time.perf_counter()
     shares = [viewers // processes + (1 if i < viewers % processes else 0) for i in range(processes)]
@@ -216,21 +213,9 @@ def bench_live(port: int, server_pid: int, token: str, run, rollouts, viewers: i
         assert child.stdout.readline().strip() == "READY"
     connect_s = time.perf_counter() - began
 
-    def play(rollout) -> None:
-        writer = StepWriter(rollout)
-        for index in range(steps_each):
-            writer.add(index)
-            if writer.due():
-                writer.flush()
-            time.sleep(0.005)
-        last_publish.append(time.time())
-        writer.flush()
-        Rollout.objects.filter(pk=rollout.pk).update(status=RolloutStatus.SUCCEEDED)
-        events.publish_rollout(Rollout.objects.get(pk=rollout.pk))
-
-    last_publish: list[float] = []  # when each rollout's last batch went out (or just after)
+    last_publish: list[float] = []  # when each rollout's last batch went out (or just before)
     cpu_before = cpu_seconds(server_pid)
-    for thread in [in_thread(play, rollout) for rollout in rollouts]:
+    for thread in [in_thread(play_rollout, rollout, steps_each, last_publish) for rollout in rollouts]:
         thread.join()
     results = [r for child in children for r in json.loads(child.stdout.readline())]
     server_cpu_s = cpu_seconds(server_pid) - cpu_before
