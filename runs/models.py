@@ -207,11 +207,15 @@ class ReviewState(models.Model):
     proposed_reward = models.FloatField(null=True)
     has_proposal = models.BooleanField(default=False)
     deciders = models.IntegerField(default=0)
+    decider_ids = ArrayField(models.BigIntegerField(), default=list)  # who decided (migration 0019)
     open = models.BooleanField(default=False)
 
     class Meta:
         indexes = [
-            models.Index(fields=["team", "rollout"], condition=models.Q(open=True), name="review_state_open"),
+            # The queue of a reviewer walks it, skipping the ones they decided by the ids it carries (no
+            # lookup of their labels per rollout: an index-only scan, however many they decided).
+            models.Index(fields=["team", "rollout"], condition=models.Q(open=True), include=["decider_ids"],
+                         name="review_state_open_by"),
             # Rollouts some reviewer decided that may still owe reviews (open, or without a proposal): the
             # only ones whose decisions blind review hides from the agreement figures (runs.review.selectors).
             models.Index(fields=["team", "rollout"], name="review_state_begun",

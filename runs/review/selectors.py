@@ -64,12 +64,11 @@ def _filtered(queryset, filters: QueueFilters, *, rollout: str):
 
 def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
     """The review states of the rollouts that wait for `reviewer` (see review_queue), in rollout id order:
-    read from the partial index of the team's open states, each checked against the reviewer's own
-    decisions, and joined to rollouts and runs only for the filters that need them."""
+    read from the partial index of the team's open states, which carries who decided each (the ones the
+    reviewer decided are passed over in the index, not looked up), and joined to rollouts and runs only
+    for the filters that need them."""
     states = _filtered(ReviewState.objects.filter(team=team, open=True), filters or QueueFilters(), rollout="rollout__")
-    mine = RewardLabel.objects.filter(rollout_id=OuterRef("rollout_id"), step__isnull=True, source=LabelSource.HUMAN,
-                                      reviewer=reviewer)
-    return states.exclude(Exists(mine)).order_by("rollout_id")
+    return states.exclude(decider_ids__contains=[reviewer.pk]).order_by("rollout_id")
 
 
 def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
