@@ -97,7 +97,18 @@ def review_queue_page(*, team, reviewer, filters: QueueFilters | None = None, af
     states = _queue_states(team=team, reviewer=reviewer, filters=filters)
     if after is not None:
         states = states.filter(rollout_id__gt=after)
-    ids = list(states.values_list("rollout_id", flat=True)[offset: offset + limit])
+    return _rollouts_in_order(list(states.values_list("rollout_id", flat=True)[offset: offset + limit]))
+
+
+def review_queue_head(*, team, reviewer, filters: QueueFilters | None = None, limit: int = 100,
+                      most: int = 1000) -> tuple[list[Rollout], int]:
+    """The first `limit` rollouts of the queue and how many wait, counted up to `most` + 1 ("more than
+    `most`"), from one walk of the index: the ones the reviewer decided are passed over once, not twice."""
+    ids = list(_queue_states(team=team, reviewer=reviewer, filters=filters).values_list("rollout_id", flat=True)[: max(limit, most + 1)])
+    return _rollouts_in_order(ids[:limit]), len(ids)
+
+
+def _rollouts_in_order(ids: list[int]) -> list[Rollout]:
     if not ids:
         return []
     found = {r.pk: r for r in _queue_rollouts(Rollout.objects.filter(pk__in=ids))}

@@ -48,10 +48,15 @@ def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
 COUNT_CAP = 1000
 
 
-def _capped_count(*, team, reviewer, filters) -> str:
+
+
+def _capped(n: int) -> str:
     """How many items wait, counted up to a cap (an exact count of a 100k queue reads 100k index entries)."""
-    n = selectors.review_queue_count(team=team, reviewer=reviewer, filters=filters, most=COUNT_CAP)
     return f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
+
+
+def _capped_count(*, team, reviewer, filters) -> str:
+    return _capped(selectors.review_queue_count(team=team, reviewer=reviewer, filters=filters, most=COUNT_CAP))
 
 
 def _qs(active: dict) -> str:
@@ -61,8 +66,9 @@ def _qs(active: dict) -> str:
 @team_view("read")
 def queue(request):
     filters, active, errors = _filters(request.GET)
-    items = selectors.review_queue_page(team=request.team, reviewer=request.user, filters=filters, limit=100)
-    total = _capped_count(team=request.team, reviewer=request.user, filters=filters)
+    items, n = selectors.review_queue_head(team=request.team, reviewer=request.user, filters=filters, limit=100,
+                                           most=COUNT_CAP)
+    total = _capped(n)
     return render(request, "review/queue.html", {
         "items": items, "total": total, "active": active, "errors": errors, "qs": _qs(active),
         "environments": Environment.objects.filter(team=request.team).order_by("name"),
