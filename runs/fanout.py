@@ -20,8 +20,9 @@ import logging
 import time
 import weakref
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+
+from studio.db_threads import read_async
 
 from . import events, figures
 from .backlog import steps_text
@@ -218,7 +219,7 @@ class RunFanout(GroupFanout):
             if cached is not None and cached[0] >= wanted_at:
                 return cached[1]
             read_at = time.monotonic()
-            text = json.dumps(await database_sync_to_async(run_summary_message)(run_id))
+            text = json.dumps(await read_async(run_summary_message, run_id))
             self.summaries[run_id] = (read_at, text)
             return text
 

@@ -12,11 +12,13 @@ it in the same database hop as their access check (one hop per handshake).
 page riding the victim's session cookie) is still refused; programs send no Origin and carry no
 cookie, only a token.
 """
+from types import SimpleNamespace
 from urllib.parse import parse_qs
 
-from channels.auth import AuthMiddlewareStack
+from channels.sessions import SessionMiddlewareStack
 from channels.security.websocket import OriginValidator
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth.models import AnonymousUser
 
 from .services import token_authenticate
@@ -43,19 +45,24 @@ def scope_caller(scope) -> tuple | None:
     if raw is not None:
         token = token_authenticate(raw)
         return (token.user, token) if token is not None else None
-    user = scope.get("user")
+    if "session" in scope:
+        # Django's own check of a session's user (its auth hash included), as for a page request.
+        user = auth.get_user(SimpleNamespace(session=scope["session"]))
+    else:
+        user = scope.get("user")
     if user is None or not user.is_authenticated:
         return None
     return user, None
 
 
 class SessionUnlessToken:
-    """Channels' session and user lookup (`AuthMiddlewareStack`, a database hop) only for connections
-    without a token: a token connection's user comes from its token alone (`scope_caller`), so it
-    skips the lookup (one hop less per program viewer; 200 of them joining at once queue their hops)."""
+    """The session cookie's session (Channels' SessionMiddlewareStack, read lazily) only for connections
+    without a token: a token connection's user comes from its token alone. Either way the user is found
+    by `scope_caller` in the consumer's one database hop, on the read threads (studio/db_threads.py),
+    not in a hop of its own on Channels' one database thread (1,000 viewers joining at once queued there)."""
 
     def __init__(self, inner):
-        self.inner, self.with_session = inner, AuthMiddlewareStack(inner)
+        self.inner, self.with_session = inner, SessionMiddlewareStack(inner)
 
     async def __call__(self, scope, receive, send):
         if raw_token_from_scope(scope) is not None:

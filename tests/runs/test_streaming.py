@@ -123,6 +123,23 @@ def test_unauthenticated_viewer_is_refused_with_4401(rollout):
     assert async_to_sync(close_code)(communicator(f"/ws/rollouts/{rollout.pk}/")) == 4401
 
 
+def test_a_session_whose_password_changed_since_is_refused_with_4401(rollout, owner):
+    """Django's own session check: the session's auth hash no longer matches once the password changes."""
+    cookie = session_cookie(owner)
+
+    async def status_type():
+        comm = communicator(f"/ws/rollouts/{rollout.pk}/?backlog=0", cookie)
+        assert (await comm.connect())[0]
+        message = await comm.receive_json_from(timeout=3)
+        await comm.disconnect()
+        return message["type"]
+
+    assert async_to_sync(status_type)() == "status"
+    owner.set_password("a-brand-new-password-9")
+    owner.save()
+    assert async_to_sync(close_code)(communicator(f"/ws/rollouts/{rollout.pk}/", cookie)) == 4401
+
+
 def test_member_of_another_team_is_refused_as_if_the_rollout_did_not_exist(rollout, run, outsider):
     cookie = session_cookie(outsider)
     assert async_to_sync(close_code)(communicator(f"/ws/rollouts/{rollout.pk}/", cookie)) == 4404
