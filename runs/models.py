@@ -223,6 +223,22 @@ class ReviewState(models.Model):
         ]
 
 
+class ReviewCursor(models.Model):
+    """Where a reviewer's queue starts (runs.review.selectors): every open review state of the team with a
+    rollout id below `below`, other than the few in `holes`, was decided by the reviewer. Their queue is
+    the holes and the open states from `below` on, so a page costs the page, not the rollouts they decided
+    that still wait for other reviewers. Moved forward by the queue reads (under an advisory lock of the
+    team); a rollout that opens behind a cursor joins its holes (the review state trigger, migration 0020)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    below = models.BigIntegerField(default=0)
+    holes = ArrayField(models.BigIntegerField(), default=list)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "reviewer"], name="one_review_cursor")]
+
+
 class AgreementTally(models.Model):
     """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
     trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a

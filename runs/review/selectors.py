@@ -2,13 +2,14 @@
 annotations, and agreement figures (verifier vs human, human vs human) per version or run."""
 from dataclasses import dataclass
 
-from django.db.models import Exists, F, OuterRef, Value
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 
 from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import Annotation, LabelSource, ReviewState, RewardLabel, Rollout
+from ..models import Annotation, LabelSource, ReviewCursor, ReviewState, RewardLabel, Rollout
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -64,11 +65,64 @@ def _filtered(queryset, filters: QueueFilters, *, rollout: str):
 
 def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
     """The review states of the rollouts that wait for `reviewer` (see review_queue), in rollout id order:
-    read from the partial index of the team's open states, which carries who decided each (the ones the
-    reviewer decided are passed over in the index, not looked up), and joined to rollouts and runs only
-    for the filters that need them."""
+    read from the partial index of the team's open states, which carries who decided each, and joined to
+    rollouts and runs only for the filters that need them. Readers narrow it to the reviewer's cursor
+    (`_queue_ids`), so the ones the reviewer decided that still wait for others are not walked again."""
     states = _filtered(ReviewState.objects.filter(team=team, open=True), filters or QueueFilters(), rollout="rollout__")
     return states.exclude(decider_ids__contains=[reviewer.pk]).order_by("rollout_id")
+
+
+CURSOR_HOLES = 100  # a cursor keeps at most this many holes
+CURSOR_LOCK = 0x7EA2  # pg_advisory_xact_lock(class, team id); migration 0020's trigger takes it shared
+
+
+def queue_cursor(*, team, reviewer) -> tuple[int, list[int]]:
+    """The reviewer's cursor (ReviewCursor: `below` and `holes`), moved past what they decided since.
+
+    Under the team's exclusive advisory lock: a rollout that opens meanwhile waits for the move to commit,
+    then joins the holes of the cursors past it (migration 0020), so a move never skips an opening it could
+    not see. The move keeps the holes that still wait for the reviewer, then takes the next undecided open
+    states from `below` on as holes up to CURSOR_HOLES; `below` stops at the first one that does not fit
+    (or past the last open state). Each decided state is passed over by one move, not by every read.
+    Written only when it changed."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CURSOR_LOCK, team.pk])
+        found = ReviewCursor.objects.filter(team=team, reviewer=reviewer).values_list("below", "holes").first()
+        below, holes = found or (0, [])
+        undecided = ReviewState.objects.filter(team=team, open=True).exclude(decider_ids__contains=[reviewer.pk])
+        # `holes or [-1]`: the same query whether or not there are holes (no id is negative).
+        waiting = list(undecided.filter(rollout_id__in=holes or [-1]).order_by("rollout_id").values_list("rollout_id", flat=True))
+        room = max(0, CURSOR_HOLES - len(waiting))
+        following = list(undecided.filter(rollout_id__gte=below).order_by("rollout_id").values_list("rollout_id", flat=True)[: room + 1])
+        if len(following) > room:
+            moved = following[room]
+        else:
+            last = ReviewState.objects.filter(team=team, open=True).order_by("-rollout_id").values_list("rollout_id", flat=True).first()
+            moved = max(below, (last or 0) + 1)
+        waiting += following[:room]
+        if len(waiting) > CURSOR_HOLES:  # holes that opened behind the cursor: the rest are read again from `below`
+            moved, waiting = min(moved, waiting[CURSOR_HOLES]), waiting[:CURSOR_HOLES]
+        if found is None or (moved, waiting) != (below, holes):
+            ReviewCursor.objects.update_or_create(team=team, reviewer=reviewer, defaults={"below": moved, "holes": waiting})
+    return moved, waiting
+
+
+def _at_cursor(states, below: int, holes: list[int]):
+    return states.filter(Q(rollout_id__gte=below) | Q(rollout_id__in=holes or [-1]))
+
+
+def _queue_ids(*, team, reviewer, filters: QueueFilters | None, after: int | None = None, n: int) -> list[int]:
+    """The first `n` rollout ids of the queue (after `after`), from the reviewer's cursor: its holes and
+    the open states from `below` on, each part read through the index in order, merged."""
+    below, holes = queue_cursor(team=team, reviewer=reviewer)
+    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
+    if after is not None:
+        states = states.filter(rollout_id__gt=after)
+    ids = lambda qs: qs.values_list("rollout_id", flat=True)  # noqa: E731
+    far = ids(states.filter(rollout_id__gte=below))[:n]
+    near = ids(states.filter(rollout_id__in=holes or [-1]))[:n]
+    return sorted(near.union(far, all=True))[:n]
 
 
 def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
@@ -77,10 +131,12 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     A rollout waits while it has a verifier proposal and fewer distinct human reviewers than its
     run's `reviews_required` (K); a reviewer who already decided it no longer sees it. Both facts are
     the rollout's review state (ReviewState, kept by a trigger as labels arrive), read through a partial
-    index of the open ones. Pages and the API read a page of it with review_queue_page, which costs
-    that page however long the queue is; this queryset is for walking it (bulk decisions).
+    index of the open ones, from the reviewer's cursor on. Pages and the API read a page of it with
+    review_queue_page, which costs that page however long the queue is and however much of it the
+    reviewer decided; this queryset is for walking it (bulk decisions).
     """
-    ids = _queue_states(team=team, reviewer=reviewer, filters=filters).values("rollout_id")
+    below, holes = queue_cursor(team=team, reviewer=reviewer)
+    ids = _at_cursor(_queue_states(team=team, reviewer=reviewer, filters=filters), below, holes).values("rollout_id")
     return _queue_rollouts(Rollout.objects.filter(team=team, pk__in=ids)).order_by("id")
 
 
@@ -93,18 +149,16 @@ def _queue_rollouts(rollouts):
 def review_queue_page(*, team, reviewer, filters: QueueFilters | None = None, after: int | None = None,
                       offset: int = 0, limit: int = 100) -> list[Rollout]:
     """Up to `limit` rollouts of the queue, in queue order, after rollout id `after` (keyset) and/or
-    skipping `offset`; each with `proposed_reward` and `human_deciders`. Two queries: ids, then rows."""
-    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
-    if after is not None:
-        states = states.filter(rollout_id__gt=after)
-    return _rollouts_in_order(list(states.values_list("rollout_id", flat=True)[offset: offset + limit]))
+    skipping `offset`; each with `proposed_reward` and `human_deciders`."""
+    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, after=after, n=offset + limit)
+    return _rollouts_in_order(ids[offset:])
 
 
 def review_queue_head(*, team, reviewer, filters: QueueFilters | None = None, limit: int = 100,
                       most: int = 1000) -> tuple[list[Rollout], int]:
     """The first `limit` rollouts of the queue and how many wait, counted up to `most` + 1 ("more than
-    `most`"), from one walk of the index: the ones the reviewer decided are passed over once, not twice."""
-    ids = list(_queue_states(team=team, reviewer=reviewer, filters=filters).values_list("rollout_id", flat=True)[: max(limit, most + 1)])
+    `most`"), from one read."""
+    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, n=max(limit, most + 1))
     return _rollouts_in_order(ids[:limit]), len(ids)
 
 
@@ -117,10 +171,10 @@ def _rollouts_in_order(ids: list[int]) -> list[Rollout]:
 
 def review_queue_count(*, team, reviewer, filters: QueueFilters | None = None, most: int | None = None) -> int:
     """How many rollouts wait for `reviewer` (at most `most` + 1 counted, when given: "more than `most`")."""
-    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
-    if most is None:
-        return states.count()
-    return len(states.values_list("rollout_id", flat=True)[: most + 1])
+    if most is not None:
+        return len(_queue_ids(team=team, reviewer=reviewer, filters=filters, n=most + 1))
+    below, holes = queue_cursor(team=team, reviewer=reviewer)
+    return _at_cursor(_queue_states(team=team, reviewer=reviewer, filters=filters), below, holes).count()
 
 
 def next_in_queue(*, team, reviewer, after_rollout_id: int | None = None, filters: QueueFilters | None = None):
@@ -254,7 +308,6 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
     what those rollouts contribute is taken back out, read from BlindTally (migration 0018), again a
     fixed number of rows however many rollouts the viewer owes.
     """
-    from django.db import connection
 
     if (version is None) == (run is None):
         raise ValueError("agreement() takes a version or a run")
