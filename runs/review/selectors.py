@@ -76,6 +76,13 @@ CURSOR_HOLES = 100  # a cursor keeps at most this many holes
 CURSOR_LOCK = 0x7EA2  # pg_advisory_xact_lock(class, team id); migration 0020's trigger takes it shared
 
 
+_CURSOR_UPSERT = f"""
+INSERT INTO {ReviewCursor._meta.db_table} AS c (team_id, reviewer_id, below, holes) VALUES (%s, %s, %s, %s::bigint[])
+ON CONFLICT (team_id, reviewer_id) DO UPDATE SET below = EXCLUDED.below, holes = EXCLUDED.holes
+WHERE (c.below, c.holes) IS DISTINCT FROM (EXCLUDED.below, EXCLUDED.holes)
+"""
+
+
 def queue_cursor(*, team, reviewer) -> tuple[int, list[int]]:
     """The reviewer's cursor (ReviewCursor: `below` and `holes`), moved past what they decided since.
 
@@ -84,27 +91,23 @@ def queue_cursor(*, team, reviewer) -> tuple[int, list[int]]:
     not see. The move keeps the holes that still wait for the reviewer, then takes the next undecided open
     states from `below` on as holes up to CURSOR_HOLES; `below` stops at the first one that does not fit
     (or past the last open state). Each decided state is passed over by one move, not by every read.
-    Written only when it changed."""
+    A fixed number of statements; the row is rewritten only when it changed."""
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [CURSOR_LOCK, team.pk])
-        found = ReviewCursor.objects.filter(team=team, reviewer=reviewer).values_list("below", "holes").first()
-        below, holes = found or (0, [])
+        below, holes = ReviewCursor.objects.filter(team=team, reviewer=reviewer).values_list("below", "holes").first() or (0, [])
         undecided = ReviewState.objects.filter(team=team, open=True).exclude(decider_ids__contains=[reviewer.pk])
         # `holes or [-1]`: the same query whether or not there are holes (no id is negative).
         waiting = list(undecided.filter(rollout_id__in=holes or [-1]).order_by("rollout_id").values_list("rollout_id", flat=True))
         room = max(0, CURSOR_HOLES - len(waiting))
         following = list(undecided.filter(rollout_id__gte=below).order_by("rollout_id").values_list("rollout_id", flat=True)[: room + 1])
-        if len(following) > room:
-            moved = following[room]
-        else:
-            last = ReviewState.objects.filter(team=team, open=True).order_by("-rollout_id").values_list("rollout_id", flat=True).first()
-            moved = max(below, (last or 0) + 1)
+        last = ReviewState.objects.filter(team=team, open=True).order_by("-rollout_id").values_list("rollout_id", flat=True).first()
+        moved = following[room] if len(following) > room else max(below, (last or 0) + 1)
         waiting += following[:room]
         if len(waiting) > CURSOR_HOLES:  # holes that opened behind the cursor: the rest are read again from `below`
             moved, waiting = min(moved, waiting[CURSOR_HOLES]), waiting[:CURSOR_HOLES]
-        if found is None or (moved, waiting) != (below, holes):
-            ReviewCursor.objects.update_or_create(team=team, reviewer=reviewer, defaults={"below": moved, "holes": waiting})
+        with connection.cursor() as cursor:  # one statement, whatever changed; no new row version when nothing did
+            cursor.execute(_CURSOR_UPSERT, [team.pk, reviewer.pk, moved, waiting])
     return moved, waiting
 
 
