@@ -239,17 +239,9 @@ class ReviewCursor(models.Model):
         constraints = [models.UniqueConstraint(fields=["team", "reviewer"], name="one_review_cursor")]
 
 
-class AgreementTally(models.Model):
-    """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
-    trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a
-    run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
-    replaces its rollout's old contribution in the run's totals. A rollout's row also holds its human
-    decisions (approved ... decisions) and who decided it (`deciders`), for BlindTally (migration 0018).
-    Read only through that selector."""
+class AgreementCounts(models.Model):
+    """The sums agreement figures are made of (runs.review.selectors.agreement), as the tallies keep them."""
 
-    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
-    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
-    shard = models.PositiveSmallIntegerField()
     reviewed = models.IntegerField(default=0)  # rollouts with a human decision
     approved = models.IntegerField(default=0)
     rejected = models.IntegerField(default=0)
@@ -262,6 +254,22 @@ class AgreementTally(models.Model):
     multi = models.IntegerField(default=0)  # rollouts rated by more than one reviewer
     pairs = models.BigIntegerField(default=0)
     agreeing = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class AgreementTally(AgreementCounts):
+    """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
+    trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a
+    run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
+    replaces its rollout's old contribution in the run's totals. A rollout's row also holds its human
+    decisions (approved ... decisions) and who decided it (`deciders`), for BlindTally (migration 0018).
+    Read only through that selector."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    rollout = models.OneToOneField(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
+    shard = models.PositiveSmallIntegerField()
     deciders = ArrayField(models.BigIntegerField(), default=list)  # a rollout's row: its human reviewers' ids
 
     class Meta:
@@ -270,7 +278,7 @@ class AgreementTally(models.Model):
         ]
 
 
-class BlindTally(models.Model):
+class BlindTally(AgreementCounts):
     """What blind review takes out of a run's agreement figures for a reviewer who owes reviews, kept by
     the agreement trigger (migration 0018). Over the run's rollouts whose review is under way (some, but
     fewer than reviews_required, humans decided): `reviewer` NULL rows sum their contributions (as
@@ -283,18 +291,6 @@ class BlindTally(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, related_name="+",
                                  db_constraint=False, null=True)
     shard = models.PositiveSmallIntegerField()
-    reviewed = models.IntegerField(default=0)
-    approved = models.IntegerField(default=0)
-    rejected = models.IntegerField(default=0)
-    overridden = models.IntegerField(default=0)
-    decisions = models.IntegerField(default=0)
-    tt = models.IntegerField(default=0)
-    tf = models.IntegerField(default=0)
-    ft = models.IntegerField(default=0)
-    ff = models.IntegerField(default=0)
-    multi = models.IntegerField(default=0)
-    pairs = models.BigIntegerField(default=0)
-    agreeing = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
