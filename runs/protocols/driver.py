@@ -1,7 +1,6 @@
 """Episodes as the protocols drive them: open (seed and task chosen as OpenEnv callers expect), step
 (checked against the version's action schema first), observe, close. Each is a recorded rollout of
 the team's `openenv` (or `mcp`) agent, through the interactive episode service (runs/episodes)."""
-import asyncio
 import functools
 import json
 import logging
@@ -10,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import jsonschema
-from django.db import connection
 
 from runs.episodes import interactive
 from runs.models import AgentKind
+from studio.db_threads import in_pool
 
 from . import spaces
 from .keys import Access
@@ -25,15 +24,7 @@ _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="protocols")
 
 async def in_thread(function, /, *args, **kwargs):
     """A blocking call (database, a start on an episode host) off the event loop."""
-    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(_returning_connection, function, *args, **kwargs))
-
-
-def _returning_connection(function, *args, **kwargs):
-    try:
-        return function(*args, **kwargs)
-    finally:
-        if connection.connection is not None:
-            connection.close()
+    return await in_pool(_pool, function, *args, **kwargs)
 
 
 class ActionInvalid(Exception):

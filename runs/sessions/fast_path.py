@@ -6,15 +6,14 @@ and `POST /api/v1/sessions/step`, documented in OpenAPI by runs/sessions/api.py)
 token (the same cached authentication), call the same services, and answer the same JSON shapes and
 errors; every other request goes to Django unchanged.
 """
-import asyncio
 import json
 import re
 import types
 from concurrent.futures import ThreadPoolExecutor
 
-from django.db import connection
 from pydantic import ValidationError
 
+from studio.db_threads import in_pool
 from studio.errors import DomainError
 from studio.inputs import InputProblem, json_parse
 
@@ -65,17 +64,8 @@ class SessionStepFastPath:
 
 
 async def _in_thread(function, *args):
-    return await asyncio.get_running_loop().run_in_executor(_pool, _with_connection_returned, function, *args)
-
-
-def _with_connection_returned(function, *args):
-    try:
-        return function(*args)
-    finally:
-        # Only a token check or a batch touches the database: hand the connection back, so the
-        # pool's threads do not each hold one open.
-        if connection.connection is not None:
-            connection.close()
+    # Only a token check or a batch touches the database; the connection is handed back after each.
+    return await in_pool(_pool, function, *args)
 
 
 async def _one_step(headers: dict, body: bytes, session_id: str) -> dict:
