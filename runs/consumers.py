@@ -106,6 +106,18 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         await self.close(code=code)
 
+    async def follow(self, fanout, key: int, viewer) -> bool:
+        """Follow the group of `key` through the process's fan-out, and the watch on its Redis; False
+        (after closing with CLOSE_STREAM_LOST) when the channel layer cannot be reached."""
+        try:
+            await fanout.join(key, viewer)
+        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
+            logger.warning("could not follow %s", fanout.group_of(key), exc_info=True)
+            await self.stream_lost()
+            return False
+        stream_watch().add(self)
+        return True
+
     async def stream_lost(self) -> None:
         """The live stream broke (Redis down or restarted): say so, and close so the viewer reconnects."""
         try:
@@ -180,8 +192,9 @@ class RolloutConsumer(_TeamScopedConsumer):
         self.finished = rollout.status in FINISHED_ROLLOUT_STATUSES
         await self.accept()
         # Subscribe first, read second: a step committed after the read is published after it too.
-        if not await self.subscribe():
+        if not await self.follow(rollout_fanout(), rollout_id, self):
             return
+        self.following = True
         if self.catch_up:
             await self.send_stored_steps()
         if not self.finished:
@@ -192,19 +205,6 @@ class RolloutConsumer(_TeamScopedConsumer):
             await self.send_stored_steps(upto=rollout.step_count - 1)
         await self.send_json({"type": "status", **events.rollout_status(rollout)})
         self.pump = asyncio.ensure_future(self._pump())
-
-    async def subscribe(self) -> bool:
-        """Follow the rollout's events; False (after closing with CLOSE_STREAM_LOST) when the channel
-        layer cannot be reached."""
-        try:
-            await rollout_fanout().join(self.rollout_id, self)
-        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
-            logger.warning("could not subscribe to rollout %s", self.rollout_id, exc_info=True)
-            await self.stream_lost()
-            return False
-        self.following = True
-        stream_watch().add(self)
-        return True
 
     async def disconnect(self, code):
         self.first_sent()
@@ -298,7 +298,7 @@ class RunConsumer(_TeamScopedConsumer):
         # summary is read once for all the viewers who joined before the read began.
         self.viewer = RunViewer(run_id=run_id, send=self.send_text, batch=batch)
         joined_at = time.monotonic()
-        if not await self.subscribe():
+        if not await self.follow(run_fanout(), run_id, self.viewer):
             self.viewer = None
             return
         summary = await run_fanout().summary_text(run_id, joined_at)
@@ -306,24 +306,11 @@ class RunConsumer(_TeamScopedConsumer):
         await self.send(text_data=summary)
         self.viewer.start()
 
-    async def subscribe(self) -> bool:
-        try:
-            await run_fanout().join(self.viewer.run_id, self.viewer)
-        except Exception:  # noqa: BLE001 - Redis down: the viewer is told to come back, not shown a server error
-            logger.warning("could not subscribe to run %s", self.viewer.run_id, exc_info=True)
-            await self.stream_lost()
-            return False
-        stream_watch().add(self)
-        return True
-
-    async def unsubscribe(self) -> None:
+    async def disconnect(self, code):
         stream_watch().discard(self)
         if self.viewer is not None:
             viewer, self.viewer = self.viewer, None
             await run_fanout().leave(viewer.run_id, viewer)
-
-    async def disconnect(self, code):
-        await self.unsubscribe()
 
     async def receive_json(self, content, **kwargs):
         """Viewers only listen; anything they send is ignored."""
