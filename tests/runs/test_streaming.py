@@ -93,6 +93,15 @@ def communicator(path: str, *headers, app=application) -> WebsocketCommunicator:
     return WebsocketCommunicator(app, path, headers=[ORIGIN, *headers])
 
 
+async def first_message(comm: WebsocketCommunicator) -> dict:
+    """The first message after a successful handshake (then the viewer leaves)."""
+    connected, _ = await comm.connect()
+    assert connected
+    message = await comm.receive_json_from(timeout=3)
+    await comm.disconnect()
+    return message
+
+
 async def close_code(comm: WebsocketCommunicator):
     """The code the server closed with right after the handshake."""
     connected, _ = await comm.connect()
@@ -126,15 +135,7 @@ def test_unauthenticated_viewer_is_refused_with_4401(rollout):
 def test_a_session_whose_password_changed_since_is_refused_with_4401(rollout, owner):
     """Django's own session check: the session's auth hash no longer matches once the password changes."""
     cookie = session_cookie(owner)
-
-    async def status_type():
-        comm = communicator(f"/ws/rollouts/{rollout.pk}/?backlog=0", cookie)
-        assert (await comm.connect())[0]
-        message = await comm.receive_json_from(timeout=3)
-        await comm.disconnect()
-        return message["type"]
-
-    assert async_to_sync(status_type)() == "status"
+    assert async_to_sync(first_message)(communicator(f"/ws/rollouts/{rollout.pk}/?backlog=0", cookie))["type"] == "status"
     owner.set_password("a-brand-new-password-9")
     owner.save()
     assert async_to_sync(close_code)(communicator(f"/ws/rollouts/{rollout.pk}/", cookie)) == 4401
@@ -155,13 +156,6 @@ def test_other_teams_token_is_refused(rollout, outsider, other_team):
 def test_token_in_query_or_header_follows_a_rollout_and_a_revoked_token_is_refused(rollout, team, owner):
     token, raw = studio_services.token_create(team=team, actor=owner, name="script")
     write_and_publish(rollout, range(3))
-
-    async def first_message(comm):
-        connected, _ = await comm.connect()
-        assert connected
-        message = await comm.receive_json_from(timeout=3)
-        await comm.disconnect()
-        return message
 
     for comm in (
         communicator(f"/ws/rollouts/{rollout.pk}/?token={raw}"),
