@@ -216,10 +216,6 @@ class ReviewState(models.Model):
             # lookup of their labels per rollout: an index-only scan, however many they decided).
             models.Index(fields=["team", "rollout"], condition=models.Q(open=True), include=["decider_ids"],
                          name="review_state_open_by"),
-            # Rollouts some reviewer decided that may still owe reviews (open, or without a proposal): the
-            # only ones whose decisions blind review hides from the agreement figures (runs.review.selectors).
-            models.Index(fields=["team", "rollout"], name="review_state_begun",
-                         condition=models.Q(deciders__gt=0) & (models.Q(open=True) | models.Q(has_proposal=False))),
         ]
 
 
