@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce, Greatest
 from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import Annotation, LabelSource, ReviewCursor, ReviewState, RewardLabel, Rollout
+from ..models import AgreementCounts, Annotation, LabelSource, ReviewCursor, ReviewState, RewardLabel, Rollout
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -115,10 +115,11 @@ def _at_cursor(states, below: int, holes: list[int]):
     return states.filter(Q(rollout_id__gte=below) | Q(rollout_id__in=holes or [-1]))
 
 
-def _queue_ids(*, team, reviewer, filters: QueueFilters | None, after: int | None = None, n: int) -> list[int]:
-    """The first `n` rollout ids of the queue (after `after`), from the reviewer's cursor: its holes and
-    the open states from `below` on, each part read through the index in order, merged."""
-    below, holes = queue_cursor(team=team, reviewer=reviewer)
+def _queue_ids(*, team, reviewer, filters: QueueFilters | None, after: int | None = None, n: int,
+               cursor: tuple[int, list[int]] | None = None) -> list[int]:
+    """The first `n` rollout ids of the queue (after `after`), from the reviewer's cursor (moved now unless
+    given): its holes and the open states from `below` on, each part read through the index, merged."""
+    below, holes = cursor or queue_cursor(team=team, reviewer=reviewer)
     states = _queue_states(team=team, reviewer=reviewer, filters=filters)
     if after is not None:
         states = states.filter(rollout_id__gt=after)
@@ -150,10 +151,11 @@ def _queue_rollouts(rollouts):
 
 
 def review_queue_page(*, team, reviewer, filters: QueueFilters | None = None, after: int | None = None,
-                      offset: int = 0, limit: int = 100) -> list[Rollout]:
+                      offset: int = 0, limit: int = 100, cursor: tuple[int, list[int]] | None = None) -> list[Rollout]:
     """Up to `limit` rollouts of the queue, in queue order, after rollout id `after` (keyset) and/or
-    skipping `offset`; each with `proposed_reward` and `human_deciders`."""
-    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, after=after, n=offset + limit)
+    skipping `offset`; each with `proposed_reward` and `human_deciders`. `cursor`: the reviewer's cursor
+    when the caller moved it already (queue_cursor)."""
+    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, after=after, n=offset + limit, cursor=cursor)
     return _rollouts_in_order(ids[offset:])
 
 
@@ -182,11 +184,14 @@ def review_queue_count(*, team, reviewer, filters: QueueFilters | None = None, m
 
 def next_in_queue(*, team, reviewer, after_rollout_id: int | None = None, filters: QueueFilters | None = None):
     """The item after `after_rollout_id` in queue order, wrapping to the start for skipped ones; None when done."""
+    cursor = queue_cursor(team=team, reviewer=reviewer)  # moved once for both reads
     if after_rollout_id is not None:
-        following = review_queue_page(team=team, reviewer=reviewer, filters=filters, after=after_rollout_id, limit=1)
+        following = review_queue_page(team=team, reviewer=reviewer, filters=filters, after=after_rollout_id, limit=1,
+                                      cursor=cursor)
         if following:
             return following[0]
-    first = [r for r in review_queue_page(team=team, reviewer=reviewer, filters=filters, limit=2) if r.pk != after_rollout_id]
+    first = [r for r in review_queue_page(team=team, reviewer=reviewer, filters=filters, limit=2, cursor=cursor)
+             if r.pk != after_rollout_id]
     return first[0] if first else None
 
 
@@ -288,7 +293,7 @@ WHERE r.run_id IN ({runs}) GROUP BY tag
 
 # What blind review hides from a viewer (BlindTally, migration 0018): over the rollouts whose review is under
 # way, all of them less the ones the viewer decided, in the runs of teams where the viewer may review.
-_BLIND_FIELDS = ("reviewed", "approved", "rejected", "overridden", "decisions", "tt", "tf", "ft", "ff", "multi", "pairs", "agreeing")
+_BLIND_FIELDS = tuple(f.name for f in AgreementCounts._meta.fields)  # the counters both tallies keep
 _BLIND_SQL = """
 WITH b AS (
     SELECT * FROM runs_blindtally WHERE (reviewer_id IS NULL OR reviewer_id = %s) AND run_id IN (
