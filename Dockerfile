@@ -9,4 +9,4 @@ COPY . .
 ENV SANDBOX_PYTHON=/usr/local/bin/python3 DEBUG=false
 RUN SECRET_KEY=build python manage.py collectstatic --noinput
 EXPOSE 8000
-CMD ["uvicorn", "studio.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws-per-message-deflate", "false"]
+CMD ["uvicorn", "studio.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws-per-message-deflate", "false", "--no-proxy-headers"]

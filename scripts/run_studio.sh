@@ -16,4 +16,4 @@ echo
 echo "  Environment Studio is running at http://$HOST:$PORT/"
 echo "  Demo login: demo / demo-password   (logs: var/worker-$PORT.log, var/episode-host-$PORT.log)"
 echo
-DB_POOL_MAX_SIZE="${DB_POOL_MAX_SIZE:-10}" .venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning --ws-per-message-deflate false
+DB_POOL_MAX_SIZE="${DB_POOL_MAX_SIZE:-10}" .venv/bin/uvicorn studio.asgi:application --host "$HOST" --port "$PORT" --log-level warning --ws-per-message-deflate false --no-proxy-headers

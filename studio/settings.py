@@ -1,5 +1,6 @@
 """Settings for Environment Studio, read from the environment with working local defaults."""
 import hashlib
+import ipaddress
 import os
 from pathlib import Path
 
@@ -93,6 +94,17 @@ def envlist(name: str, default: str) -> list[str]:
     return [item.strip() for item in envstr(name, default).split(",") if item.strip()]
 
 
+def envnetworks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """A comma-separated list of addresses or networks (10.0.0.0/8, ::1)."""
+    networks = []
+    for entry in envlist(name, ""):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {entry!r} is not an address or network") from None
+    return tuple(networks)
+
+
 # Off unless the developer asks for it (DEBUG=true: `make run` and the tests set it).
 DEBUG = envbool("DEBUG", False)
 SECRET_KEY = envstr("SECRET_KEY", "dev-only-insecure-key-change-me-in-production-0123456789")
@@ -136,6 +148,11 @@ AXES_FAILURE_LIMIT = envint("AXES_FAILURE_LIMIT", 10)
 AXES_COOLOFF_TIME = envfloat("AXES_COOLOFF_HOURS", 1.0)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+# The address counted is the socket's peer (studio/client_address.py), or, when that peer is one of
+# these proxies (addresses or networks, e.g. a load balancer's 10.0.0.0/8), the X-Forwarded-For hop
+# it names; the header is believed from nobody else.
+TRUSTED_PROXIES = envnetworks("TRUSTED_PROXIES")
+AXES_CLIENT_IP_CALLABLE = "studio.client_address.client_address"
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 
 INSTALLED_APPS = [

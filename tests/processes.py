@@ -112,7 +112,7 @@ def start_asgi_server(log_path: Path, *, env: dict | None = None, prefix: list[s
     full_env = {key: value for key, value in full_env.items() if value is not None}  # None: leave it unset
     proc = subprocess.Popen(
         [*(prefix or []), str(BIN / "uvicorn"), "studio.asgi:application", "--host", host, "--port", str(port),
-         "--log-level", "warning"],
+         "--log-level", "warning", "--no-proxy-headers"],
         cwd=REPO, env=full_env, stdout=subprocess.DEVNULL, stderr=open(log_path, "wb"), start_new_session=True,
     )
 
