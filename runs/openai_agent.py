@@ -27,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from studio.errors import DomainError
+from studio.install_secret import install_secret
 
 from .agents import AgentDone, AgentFailed, AgentStepError
 from .artifacts import array_json_default
@@ -110,12 +111,16 @@ def checked_config(config: dict | None, api_key: str = "") -> tuple[dict, str]:
 ENCRYPTED_PREFIX = "fernet:"
 
 
+def default_model_key(*, secret: bytes) -> bytes:
+    """The Fernet key model API keys are stored with when MODEL_KEY_ENCRYPTION_KEY is unset, from `secret`
+    (the install secret; before it existed, SECRET_KEY: migration 0022 re-encrypts with this)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(b"environment-studio model API keys\0" + secret).digest())
+
+
 def _fernet() -> Fernet:
-    """settings.MODEL_KEY_ENCRYPTION_KEY, or (a development default) a key derived from SECRET_KEY."""
+    """settings.MODEL_KEY_ENCRYPTION_KEY, or a key derived from the install secret."""
     configured = getattr(settings, "MODEL_KEY_ENCRYPTION_KEY", "")
-    key = configured.encode() if configured else base64.urlsafe_b64encode(
-        hashlib.sha256(b"environment-studio model API keys\0" + settings.SECRET_KEY.encode()).digest()
-    )
+    key = configured.encode() if configured else default_model_key(secret=install_secret())
     try:
         return Fernet(key)
     except ValueError:

@@ -91,3 +91,20 @@ class ApiToken(models.Model):
     @classmethod
     def generate_raw(cls) -> str:
         return cls.PREFIX + secrets.token_urlsafe(32)
+
+
+class InstallSecret(models.Model):
+    """This install's own random secret (studio/install_secret.py): seed secrets and the default
+    model-key encryption key derive from it. One row, created at first start.
+
+    Unmanaged, its table made by migration 0002: Django's flush (a transactional test's teardown, the
+    `flush` command) empties only managed models' tables, so the secret outlives them, as it must, or
+    every version's episodes and every stored model key would change with it."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    value = models.CharField(max_length=128)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "studio_install_secret"

@@ -136,8 +136,13 @@ CONTENT_SECURITY_POLICY = envstr(
     "form-action 'self'; frame-ancestors 'none'",
 )
 
+# This install's secret (studio/install_secret.py): seed secrets and the default model-key encryption
+# key derive from it. Unset: a random one kept in the database, made at the first start.
+INSTALL_SECRET = envstr("INSTALL_SECRET", "")
+if INSTALL_SECRET and len(INSTALL_SECRET) < 32:
+    raise ImproperlyConfigured("INSTALL_SECRET must be at least 32 characters (or unset: a random one in the database)")
 # Model API keys are stored encrypted (Fernet). The key comes from the environment (a urlsafe base64
-# 32-byte Fernet key); without it, a key is derived from SECRET_KEY, which suits a development machine.
+# 32-byte Fernet key); without it, a key is derived from the install secret.
 MODEL_KEY_ENCRYPTION_KEY = envstr("MODEL_KEY_ENCRYPTION_KEY", "")
 # Model agents may reach private, loopback and link-local addresses only when listed here (host names,
 # addresses or networks such as 10.1.2.0/24): runs/egress.py.

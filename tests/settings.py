@@ -10,6 +10,10 @@ import uuid
 
 os.environ.setdefault("DEBUG", "true")
 _session = f"test-{uuid.uuid4().hex[:10]}"
+# A fixed install secret: seeded episodes (hidden draws) repeat from run to run of the suite, in this
+# process and in every worker, host and server it starts. It is the value seed secrets were keyed with
+# before the install secret existed, so recorded expectations stay as they were.
+os.environ.setdefault("INSTALL_SECRET", "dev-only-insecure-key-change-me-in-production-0123456789")
 for _name in ("CHANNEL_LAYER_PREFIX", "EPISODE_HOST_PREFIX", "CELERY_QUEUE"):
     os.environ.setdefault(_name, _session)
 

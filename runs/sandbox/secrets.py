@@ -2,9 +2,10 @@
 
 The SDK's `seed_rng` mixes it into every seed, so a version's episodes repeat exactly for the same task
 and seed, while an agent that knows the public formula, the seed and the task cannot recompute the
-environment's hidden draws. It is derived, never stored: HMAC-SHA256 of the studio's SECRET_KEY and a
-digest of the version's files (the same files give the same secret on every host and backend).
-Rotating SECRET_KEY changes every version's episodes.
+environment's hidden draws. It is derived, never stored: HMAC-SHA256 of the install secret
+(studio/install_secret.py: INSTALL_SECRET or a random one in the database, never SECRET_KEY, whose
+development default is public) and a digest of the version's files (the same files give the same secret
+on every host and backend). Another install secret changes every version's episodes.
 """
 
 import hashlib
@@ -24,14 +25,16 @@ def files_digest(files: dict) -> bytes:
 
 
 def studio_seed_key() -> bytes | None:
-    """The studio's key (Django's SECRET_KEY) where Django is configured, else None (no secret)."""
+    """The install secret where Django is configured, else None (no secret)."""
     try:
         from django.conf import settings  # noqa: PLC0415 - the sandbox package works without Django
     except ImportError:
         return None
-    if not settings.configured or not getattr(settings, "SECRET_KEY", ""):
+    if not settings.configured:
         return None
-    return settings.SECRET_KEY.encode("utf-8")
+    from studio.install_secret import install_secret  # noqa: PLC0415 - only where Django is configured
+
+    return install_secret()
 
 
 def version_seed_secret(files: dict, key: bytes | None = None) -> str | None:
