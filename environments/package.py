@@ -119,9 +119,30 @@ def _describe(file: str, line: int | None, reason: str) -> str:
 # --- validation -------------------------------------------------------------------------------
 
 
+def file_and_folder_clashes(paths) -> list[tuple[str, str]]:
+    """(file, inner) pairs where `file` is a file and also a folder holding `inner` ("data" and
+    "data/inner.txt"): no sandbox can write both, so every rollout of such a package would fail."""
+    names = set(paths)
+    clashes = []
+    for path in sorted(names):
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in names:
+                clashes.append((folder, path))
+                break
+    return clashes
+
+
+def file_and_folder_reason(file: str, inner: str) -> str:
+    return f"'{file}' is a file and also the folder of '{inner}': rename one of them"
+
+
 def validate_package(files: dict[str, str]) -> list[PackageProblem]:
     """Every problem in the package, in a stable order (empty when the package is valid)."""
-    problems: list[PackageProblem] = []
+    problems: list[PackageProblem] = [
+        PackageProblem(file, None, file_and_folder_reason(file, inner)) for file, inner in file_and_folder_clashes(files)
+    ]
     for path in sorted(files):
         reason = _unsafe_path_reason(path) or text_problem(path)
         if reason:
@@ -632,6 +653,8 @@ def read_archive(data: bytes, filename: str) -> dict[str, str]:
             files[path] = content.decode("utf-8")
         except UnicodeDecodeError:
             raise InvalidPackage(path, None, "not UTF-8 text (binary files are allowed only as images/fonts under site/)")
+    for file, inner in file_and_folder_clashes(files):
+        raise InvalidPackage(file, None, file_and_folder_reason(file, inner))
     return files
 
 

@@ -162,6 +162,8 @@ def _draft_change(*, environment, actor, expected_revision: int, change, path=No
         if expected_revision is not None and draft.revision != int(expected_revision):
             raise StaleDraft(draft=draft, path=path, yours=yours)
         files = change(dict(draft.files))
+        for file, inner in package.file_and_folder_clashes(files):
+            raise InvalidInput(package.file_and_folder_reason(file, inner) + ".", field="path")
         Draft.objects.filter(pk=draft.pk).update(files=files, revision=F("revision") + 1, updated_by=actor)
     draft.refresh_from_db()
     return draft

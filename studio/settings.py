@@ -136,6 +136,8 @@ CONTENT_SECURITY_POLICY = envstr(
     "form-action 'self'; frame-ancestors 'none'",
 )
 
+# Django's admin at /admin/ (staff only): off unless asked for.
+ADMIN_ENABLED = envbool("ADMIN_ENABLED", False)
 # This install's secret (studio/install_secret.py): seed secrets and the default model-key encryption
 # key derive from it. Unset: a random one kept in the database, made at the first start.
 INSTALL_SECRET = envstr("INSTALL_SECRET", "")

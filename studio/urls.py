@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -13,7 +14,6 @@ from django.views.generic import RedirectView
 urlpatterns = [
     path("", views.home, name="home"),
     path("favicon.ico", RedirectView.as_view(url=static_url("favicon.svg"), permanent=True)),
-    path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -34,3 +34,8 @@ urlpatterns = [
     # Outside /t/<team>/ so that storage.url(name) needs no lookup; the view checks the rollout's team.
     path("artifacts/rollouts/<int:rollout_id>/<str:filename>", runs_views.artifact_serve, name="artifact"),
 ]
+
+# Django's admin (staff accounts only) is served only where ADMIN_ENABLED asks for it: it bypasses
+# every team check the studio makes, so an install that does not use it should not answer on it.
+if settings.ADMIN_ENABLED:
+    urlpatterns.insert(2, path("admin/", admin.site.urls))
