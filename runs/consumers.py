@@ -25,6 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from studio.db_threads import read_async
 from studio.ws_auth import scope_caller
 from studio.models import Membership
+from studio.revocation import member_tag, revocation_unwatch, revocation_watch, token_tag
 
 from . import events
 from .backlog import RolloutBacklog, backlog_join, backlog_leave, first_steps_first, steps_text
@@ -46,14 +47,14 @@ def _team_ids(user, api_token):
     return Membership.objects.filter(user=user).values("team_id")
 
 
-def _visible_run(run_id: int, user, api_token) -> bool | None:
-    """True if the run is in one of the caller's teams, else None."""
-    return Run.objects.filter(pk=run_id, team_id__in=_team_ids(user, api_token)).exists() or None
+def _visible_run(run_id: int, user, api_token) -> Run | None:
+    """The run (its team only) if it is in one of the caller's teams, else None."""
+    return Run.objects.filter(pk=run_id, team_id__in=_team_ids(user, api_token)).only("team_id").first()
 
 
 # What a rollout's status message carries (events.rollout_status), read by hand: the ORM's compilation
 # of the same query cost more CPU than the query on every handshake (bench/bench_viewers.py).
-_STATUS_COLUMNS = ("id", "run_id", "task_id", "seed", "status", "step_count", "total_reward", "verifier_reward",
+_STATUS_COLUMNS = ("id", "run_id", "team_id", "task_id", "seed", "status", "step_count", "total_reward", "verifier_reward",
                    "verifier_reason", "error", "end_reason")
 
 
@@ -78,7 +79,17 @@ def _authorized(scope, lookup, object_id: int):
     caller = scope_caller(scope)
     if caller is None:
         return _NOBODY
-    return lookup(object_id, *caller)
+    found = lookup(object_id, *caller)
+    return None if found is None else (found, caller)
+
+
+def _credential_tags(found, caller) -> list[str]:
+    """What the viewer stands on (studio/revocation.py): its membership of the object's team, and its token."""
+    user, api_token = caller
+    tags = [member_tag(team_id=found.team_id, user_id=user.pk)]
+    if api_token is not None:
+        tags.append(token_tag(api_token.pk))
+    return tags
 
 
 class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
@@ -87,6 +98,7 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
 
     channel_layer_alias = None
     accepted = False
+    revocation = None
 
     async def accept(self, *args, **kwargs):
         self.accepted = True
@@ -138,7 +150,24 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
             return None
         if found is None:
             await self.refuse(CLOSE_NOT_FOUND)
+            return None
+        found, caller = found
+        self.revocation = revocation_watch(tags=_credential_tags(found, caller), callback=self.revoked)
         return found
+
+    async def revoked(self, code: int, reason: str) -> None:
+        """The viewer's token was revoked or its member removed: close with the code and the reason."""
+        revocation_unwatch(self.revocation)
+        try:
+            if not self.accepted:
+                await self.accept()
+            await self.close(code=code, reason=reason)
+        except Exception:  # noqa: BLE001 - the viewer may be gone already
+            logger.debug("could not close a revoked viewer", exc_info=True)
+
+    async def websocket_disconnect(self, message):
+        revocation_unwatch(self.revocation)
+        await super().websocket_disconnect(message)
 
     def query_param(self, name: str) -> str | None:
         values = parse_qs(self.scope.get("query_string", b"").decode("latin1")).get(name)

@@ -8,6 +8,7 @@ from django.utils import timezone
 from .errors import DomainError
 from .slugs import slug_from
 from .models import ApiToken, Membership, Role, Team, hash_token
+from .revocation import CLOSE_NOT_A_MEMBER, CLOSE_REVOKED, member_tag, revocation_publish, token_tag
 
 
 class TeamError(DomainError):
@@ -59,7 +60,10 @@ def member_remove(*, membership: Membership, actor) -> None:
         owners = Membership.objects.filter(team=membership.team, role=Role.OWNER).count()
         if owners <= 1:
             raise TeamError("The last owner cannot leave the team.")
+    team_id, user_id = membership.team_id, membership.user_id
     membership.delete()
+    revocation_publish(tags=[member_tag(team_id=team_id, user_id=user_id)], code=CLOSE_NOT_A_MEMBER,
+                       reason="You were removed from the team.")
 
 
 def token_create(*, team: Team, actor, name: str) -> tuple[ApiToken, str]:
@@ -76,6 +80,7 @@ def token_revoke(*, token: ApiToken, actor) -> None:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+    revocation_publish(tags=[token_tag(token.pk)], code=CLOSE_REVOKED, reason="The API token was revoked.")
 
 
 def _columns(model, alias: str) -> tuple[list[str], str]:

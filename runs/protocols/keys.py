@@ -17,6 +17,7 @@ from django.utils import timezone
 from environments.selectors import version_by_label
 from studio.errors import DomainError
 from studio.models import Membership
+from studio.revocation import CLOSE_REVOKED, ensure_listening, member_tag, openenv_key_tag, revocation_cache, revocation_publish, token_tag
 from studio.services import token_authenticate
 
 from .models import OpenEnvKey
@@ -39,6 +40,8 @@ class Access:
     membership: object
     version: object
     agent_name: str
+    # The credentials it stands on (studio/revocation.py): revoking any of them ends what it holds open.
+    tags: tuple = ()
 
 
 def key_raw(key: OpenEnvKey) -> str:
@@ -61,8 +64,16 @@ def openenv_key_get_or_create(*, team, actor, version) -> OpenEnvKey:
 
 
 def openenv_key_revoke(*, team, actor, version) -> int:
-    """Revoke the member's key for this version (its URL stops working within ACCESS_CACHE_S)."""
-    return OpenEnvKey.objects.active().filter(team=team, version=version, created_by=actor).update(revoked_at=timezone.now())
+    """Revoke the member's key for this version: its URL stops working and the connections it holds
+    close (studio/revocation.py), in every process at once."""
+    with transaction.atomic():
+        keys = list(OpenEnvKey.objects.active().select_for_update().filter(team=team, version=version, created_by=actor)
+                    .values_list("pk", flat=True))
+        OpenEnvKey.objects.filter(pk__in=keys).update(revoked_at=timezone.now())
+        if keys:
+            revocation_publish(tags=[openenv_key_tag(pk) for pk in keys], code=CLOSE_REVOKED,
+                               reason="The OpenEnv key was revoked.")
+    return len(keys)
 
 
 def openenv_base_path(*, version, key: OpenEnvKey | None = None) -> str:
@@ -75,11 +86,20 @@ _cache: dict[str, tuple[float, Access]] = {}
 _cache_lock = threading.Lock()
 
 
+def _cache_clear() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+revocation_cache(_cache_clear)
+
+
 def access_resolve(*, team_slug: str, label: str, key: str | None, bearer: str | None) -> Access:
     """The Access of a key (in the path) or a bearer token for `team_slug`/`label`; AccessRefused
     (401, 403 or 404) naming what is wrong otherwise. Remembered for ACCESS_CACHE_S."""
     credential = key if key is not None else (bearer or "")
     cache_key = hashlib.sha256(f"{credential}\0{team_slug}\0{label}".encode()).hexdigest()
+    ensure_listening()  # a revocation in another process empties this cache
     hit = _cache.get(cache_key)
     if hit is not None and hit[0] > time.monotonic():
         return hit[1]
@@ -107,7 +127,8 @@ def _key_access(raw: str, team_slug: str, label: str) -> Access:
         raise _refuse(401, "This OpenEnv key is not valid (revoked, or never issued). Get a new base URL from the version page.")
     if key.team.slug != team_slug or key.version.label != label:
         raise _refuse(403, f"This key is for {key.team.slug}/{key.version.label}, not {team_slug}/{label}.")
-    return _member_access(team=key.team, user=key.created_by, version=key.version, agent_name="openenv")
+    return _member_access(team=key.team, user=key.created_by, version=key.version, agent_name="openenv",
+                          credential=openenv_key_tag(key.pk))
 
 
 def _token_access(raw: str | None, team_slug: str, label: str) -> Access:
@@ -120,13 +141,15 @@ def _token_access(raw: str | None, team_slug: str, label: str) -> Access:
         version = version_by_label(team=token.team, label=label)
     except Http404:
         raise _refuse(404, f"No environment version {label} in team {team_slug}.") from None
-    return _member_access(team=token.team, user=token.user, version=version, agent_name="openenv")
+    return _member_access(team=token.team, user=token.user, version=version, agent_name="openenv",
+                          credential=token_tag(token.pk))
 
 
-def _member_access(*, team, user, version, agent_name: str) -> Access:
+def _member_access(*, team, user, version, agent_name: str, credential: str) -> Access:
     membership = Membership.objects.filter(team=team, user=user, user__is_active=True).first()
     if membership is None:
         raise _refuse(403, "The member this credential acts for is no longer in the team.")
     if not membership.can("run"):
         raise _refuse(403, f"The member's role ({membership.role}) cannot run episodes.")
-    return Access(team=team, user=user, membership=membership, version=version, agent_name=agent_name)
+    return Access(team=team, user=user, membership=membership, version=version, agent_name=agent_name,
+                  tags=(credential, member_tag(team_id=team.pk, user_id=user.pk)))

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 
 from runs.episodes import interactive
 from studio.errors import DomainError
+from studio.revocation import revocation_unwatch, revocation_watch
 
 from . import driver, spaces
 from .keys import AccessRefused
@@ -122,7 +123,21 @@ async def _initialize(access, scope, request_id, params: dict):
         "instructions": dumps({"task_id": task_id, "seed": seed, "rollout_id": episode.rollout_id,
                                "observation": episode.observation}),
     }
+    _watch_session(access, episode.episode_id)
     return 200, _result(request_id, result), [(SESSION_HEADER, episode.episode_id.encode())]
+
+
+# Open MCP sessions of this process -> their revocation watch: revoking the credential (or removing the
+# member) closes the session's episode at once (studio/revocation.py); its next request is refused.
+_session_watches: dict[str, int] = {}
+
+
+def _watch_session(access, session_id: str) -> None:
+    async def revoked(code: int, reason: str) -> None:
+        logger.info("mcp: closing session %s: %s", session_id, reason)
+        await driver.in_thread(_close, access, session_id)
+
+    _session_watches[session_id] = revocation_watch(tags=access.tags, callback=revoked)
 
 
 async def _call_tool(access, session_id: str, request_id, params: dict):
@@ -152,6 +167,7 @@ async def _call_tool(access, session_id: str, request_id, params: dict):
 
 
 def _close(access, session_id: str) -> None:
+    revocation_unwatch(_session_watches.pop(session_id, None))
     try:
         interactive.episode_close(team=access.team, episode_id=session_id)
     except interactive.EpisodeNotFound:

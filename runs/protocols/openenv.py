@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from runs.models import Rollout
 from studio.errors import DomainError
+from studio.revocation import revocation_unwatch, revocation_watch
 
 from runs.episodes import interactive
 from runs.sessions.fast_path import MAX_BODY_BYTES, read_body
@@ -91,6 +92,7 @@ class OpenEnvSession:
     def __init__(self, scope, receive, send, match):
         self.scope, self.receive, self.send, self.match = scope, receive, send, match
         self.access = None
+        self.closed = False
         self.episode: driver.ProtocolEpisode | None = None
 
     async def run(self) -> None:
@@ -105,17 +107,30 @@ class OpenEnvSession:
             await self._error(str(refused), SESSION_ERROR)
             await self.send({"type": "websocket.close", "code": {401: 4401, 403: 4403, 404: 4404}.get(refused.status, 4400)})
             return
+        watch = revocation_watch(tags=self.access.tags, callback=self._revoked)
         try:
             await self._serve()
         finally:
+            revocation_unwatch(watch)
             await self._close_episode()
+
+    async def _revoked(self, code: int, reason: str) -> None:
+        """The credential was revoked (studio/revocation.py): say why in OpenEnv's error shape, close."""
+        if self.closed:
+            return
+        try:
+            await self._error(reason, SESSION_ERROR)
+            self.closed = True  # nothing more is sent, a step answered meanwhile included
+            await self.send({"type": "websocket.close", "code": code, "reason": reason})
+        except Exception:  # noqa: BLE001 - the client may have gone at the same moment
+            logger.debug("could not close a revoked OpenEnv session", exc_info=True)
 
     async def _serve(self) -> None:
         while True:
             message = await self.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            if message["type"] != "websocket.receive":
+            if message["type"] != "websocket.receive" or self.closed:
                 continue
             raw = message.get("text")
             if raw is None:
@@ -144,6 +159,7 @@ class OpenEnvSession:
                     continue
             if handler is None:  # close: end the episode, then the connection (as OpenEnv's server does)
                 await self._close_episode()
+                self.closed = True
                 await self.send({"type": "websocket.close", "code": 1000})
                 return
             await handler(data)
@@ -188,6 +204,8 @@ class OpenEnvSession:
             logger.warning("openenv: closing episode %s: %s", episode.episode_id, exc.message)
 
     async def _reply(self, kind: str, data: dict) -> None:
+        if self.closed:
+            return
         await self.send({"type": "websocket.send", "text": dumps({"type": kind, "data": data})})
 
     async def _error(self, message: str, code: str, **extra) -> None:
