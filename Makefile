@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: setup services run test test-fast bench clean
+.PHONY: setup setup-test services run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,11 @@ $(BIN)/python:
 
 $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -r requirements.lock
+	touch $@
+
+# The tests also need the test and interop extras (pytest, the ecosystem's real clients, torch/trl/datasets, ruff).
+$(VENV)/.installed-test: requirements-test.lock $(VENV)/.installed
+	$(BIN)/pip install --quiet -r requirements-test.lock
 	touch $@
 
 setup: $(VENV)/.installed
@@ -28,14 +33,19 @@ run: setup
 	$(BIN)/python manage.py seed_demo --live-run
 	@bash scripts/run_studio.sh $(HOST) $(PORT)
 
-test: setup
+setup-test: setup $(VENV)/.installed-test
+
+test: setup-test
 	@bash scripts/start_docker.sh || true
 	$(BIN)/python -m pytest
 
-test-fast: setup
+test-fast: setup-test
 	$(BIN)/python -m pytest -m "not browser and not integration"
 
-bench: setup
+lint: setup-test
+	$(BIN)/ruff check .
+
+bench: setup-test
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -317,7 +317,6 @@ def main():
     prefix = f"bench-{os.getpid()}"
     webs = [start_web(args.database_url, prefix) for _ in range(args.web)]
     hosts = [start_host(args.database_url, prefix, args.host_threads) for _ in range(args.hosts)]
-    host = hosts[0]
     try:
         bare = bare_sandbox_steps_per_s()
         api = Api(webs[0][1], token)

@@ -347,7 +347,7 @@ def diff_files(old: dict[str, str], new: dict[str, str], *, old_label: str, new_
         added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
         removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("---"))
         result.append(
-            {"path": path, "status": status, "diff": "".join(lines), "lines": [l.rstrip("\n") for l in lines],
+            {"path": path, "status": status, "diff": "".join(lines), "lines": [line.rstrip("\n") for line in lines],
              "added": added, "removed": removed}
         )
     return result

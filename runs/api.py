@@ -145,9 +145,10 @@ def list_rollouts(request, run_id: int, status: str = "", limit: int = Query(500
 def get_rollout(request, rollout_id: int):
     r = _rollout(request, rollout_id)
     r.labels_list = [
-        {"source": l.source, "decision": l.decision, "value": l.value, "rationale": l.rationale,
-         "reviewer": l.reviewer.username if l.reviewer_id else None, "created_at": l.created_at.isoformat()}
-        for l in visible_labels(r, request.user)
+        {"source": label.source, "decision": label.decision, "value": label.value, "rationale": label.rationale,
+         "reviewer": label.reviewer.username if label.reviewer_id else None,
+         "created_at": label.created_at.isoformat()}
+        for label in visible_labels(r, request.user)
     ]
     out = RolloutOut.from_orm(r).dict()
     out.update(reproduction=r.reproduction, initial_observation=arrays_public(r.initial_observation, rollout_id=r.pk),

@@ -18,7 +18,7 @@ The run page, its live updates, `GET /api/v1/runs/{id}` and `run_rollouts --wait
 """
 from dataclasses import dataclass, field, fields
 
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Sum
 
 from environments.models import EnvironmentVersion
 

@@ -8,7 +8,6 @@ the verifier, and an idle play is closed (timed_out).
 import dataclasses
 
 from environments.selectors import without_version_content
-from studio.errors import DomainError
 
 from .artifacts import arrays_public
 from .episodes import interactive

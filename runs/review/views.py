@@ -134,7 +134,7 @@ def _item_page(request, rollout_id):
     _, active, _ = _filters(request.GET)
     open_for_me = selectors.review_open_for(rollout, request.user)
     labels = selectors.visible_labels(rollout, request.user)
-    proposal = next((l for l in reversed(labels) if l.source == "verifier"), None)
+    proposal = next((label for label in reversed(labels) if label.source == "verifier"), None)
     return render(request, "review/item.html", {
         "rollout": rollout, "labels": labels, "proposal": proposal, "open_for_me": open_for_me,
         "can_review": request.membership.can_review, "can_annotate": request.membership.can_review or request.membership.can_author,

@@ -19,9 +19,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 import importlib  # noqa: E402
-import json  # noqa: E402
 import resource  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
 
 import protocol  # noqa: E402  (beside this file; the runner's directory is sys.path[0])

@@ -63,10 +63,10 @@ def test_queue_next_decide_and_history_through_the_api(team, reviewer, owner, ma
     nxt = rita.get("/review/next", {"after": a, "count": "true"}).json()
     assert nxt["item"]["id"] == b and nxt["remaining"] == 1
     hidden = olivia.get(f"/rollouts/{a}/labels").json()
-    assert hidden["review_open_for_you"] is True and [l["source"] for l in hidden["history"]] == ["verifier"]
+    assert hidden["review_open_for_you"] is True and [label["source"] for label in hidden["history"]] == ["verifier"]
     olivia.post(f"/rollouts/{a}/labels", {"decision": "approved"})
     shown = olivia.get(f"/rollouts/{a}/labels").json()
-    assert [l["decision"] for l in shown["history"]] == ["proposed", "overridden", "approved"]
+    assert [label["decision"] for label in shown["history"]] == ["proposed", "overridden", "approved"]
     assert shown["current"]["decision"] == "approved" and shown["current"]["reviewer"] == "olivia"
     figures = olivia.get(f"/runs/{run.pk}/agreement").json()
     assert figures["human_human"]["pairs"] == 1 and figures["overridden"] == 1

@@ -12,7 +12,7 @@ def test_decisions_append_rows_and_the_latest_is_current(make_run, reviewer, own
     services.label_decide(rollout=rollout, actor=reviewer, decision="approved")
     services.label_decide(rollout=rollout, actor=owner, decision="overridden", value=0.0, rationale="answer was guessed")
     history = list(selectors.label_history(rollout))
-    assert [(l.source, l.decision, l.value) for l in history] == [
+    assert [(label.source, label.decision, label.value) for label in history] == [
         ("verifier", "proposed", 1.0), ("human", "approved", 1.0), ("human", "overridden", 0.0),
     ]
     assert history[2].reviewer == owner and history[2].rationale == "answer was guessed"
@@ -75,7 +75,7 @@ def test_step_labels_sit_beside_the_rollout_label(make_run, reviewer):
     from runs.selectors import with_current_label
 
     assert with_current_label(rollout.__class__.objects.filter(pk=rollout.pk)).get().current_label_decision == "proposed"
-    assert [l.step_id for l in selectors.label_history(rollout)] == [None, step.pk]
+    assert [label.step_id for label in selectors.label_history(rollout)] == [None, step.pk]
 
 
 def test_authors_and_viewers_cannot_decide(make_run, author, viewer, outsider):

@@ -51,8 +51,8 @@ def test_overlap_k_reviews_then_the_rollout_leaves_the_queue(make_run, team, rev
 def test_a_reviewer_does_not_see_others_decisions_before_deciding(make_run, reviewer, second_reviewer, viewer):
     (rollout,) = make_run([1.0], reviews_required=2).rollouts.all()
     services.label_decide(rollout=rollout, actor=reviewer, decision="overridden", value=0.0, rationale="guessed")
-    assert [l.source for l in selectors.visible_labels(rollout, second_reviewer)] == ["verifier"]
-    assert [l.source for l in selectors.visible_labels(rollout, reviewer)] == ["verifier", "human"]
+    assert [label.source for label in selectors.visible_labels(rollout, second_reviewer)] == ["verifier"]
+    assert [label.source for label in selectors.visible_labels(rollout, reviewer)] == ["verifier", "human"]
     assert len(selectors.visible_labels(rollout, viewer)) == 2  # readers who cannot decide see the trail
     services.label_decide(rollout=rollout, actor=second_reviewer, decision="approved")
     assert len(selectors.visible_labels(rollout, second_reviewer)) == 3
