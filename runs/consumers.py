@@ -324,12 +324,13 @@ class RunConsumer(_TeamScopedConsumer):
         if not await self.authorized(_visible_run, run_id):
             return
         # Subscribe before reading the summary, so no status change falls between the two; the
-        # summary is read once for all the viewers who joined before the read began.
+        # summary is read once for all the viewers whose subscription was in place before the read
+        # began (a read begun while this one's was still being made could miss a change it never gets).
         self.viewer = RunViewer(run_id=run_id, send=self.send_text, batch=batch)
-        joined_at = time.monotonic()
         if not await self.follow(run_fanout(), run_id, self.viewer):
             self.viewer = None
             return
+        joined_at = time.monotonic()
         summary = await run_fanout().summary_text(run_id, joined_at)
         await self.accept()
         await self.send(text_data=summary)
