@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, reset_queries, transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
 from environments.dependencies.services import ensure_version_runnable
@@ -234,8 +235,13 @@ def _enqueue_on_commit(rollout_ids: list[int]) -> None:
     from .tasks import execute_rollout
 
     def send():
-        for rollout_id in rollout_ids:
-            execute_rollout.delay(rollout_id)
+        try:
+            for rollout_id in rollout_ids:
+                execute_rollout.delay(rollout_id)
+        except BrokerUnreachable:
+            # The broker is down (Redis restarting): the rollouts stay queued, and the workers'
+            # recovery sends them once it is back (requeue_lost_rollouts), so the caller goes on.
+            logger.warning("could not enqueue rollouts %s: the broker is unreachable", rollout_ids, exc_info=True)
 
     transaction.on_commit(send)
 
@@ -565,15 +571,18 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
     return done
 
 
-LOST_QUEUED_GRACE_S = 30.0
+def lost_grace_s() -> float:
+    """How long a queued rollout's task may take to reach the broker before it counts as lost."""
+    value = getattr(settings, "ROLLOUT_LOST_GRACE_S", None) or os.environ.get("ROLLOUT_LOST_GRACE_S") or 30
+    return float(value)
 
 
-def requeue_lost_rollouts(*, in_broker, grace_s: float = LOST_QUEUED_GRACE_S) -> list[int]:
+def requeue_lost_rollouts(*, in_broker, grace_s: float | None = None) -> list[int]:
     """Queued rollouts whose task the broker no longer holds (Redis lost and restarted empty) are
     enqueued again; those it holds are left alone, so nothing is enqueued twice. `in_broker()` gives
     the rollout ids the broker holds, read after the candidates so a task sent in between is seen.
     Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
-    cutoff = timezone.now() - timedelta(seconds=grace_s)
+    cutoff = timezone.now() - timedelta(seconds=lost_grace_s() if grace_s is None else grace_s)
     candidates = set(
         Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff, parked=False)
         .exclude(run__status=RunStatus.CANCELLED)

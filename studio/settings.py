@@ -268,6 +268,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # would take each other's tasks: the queue is this studio's own unless CELERY_QUEUE names one.
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", DEPLOYMENT_TAG)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 3600)}
+# Redis may restart under a worker: it reconnects for as long as it takes (kombu's transport fixed to
+# survive that, studio/redis_broker.py) and lets the rollouts it runs meanwhile go on to their end.
+CELERY_BROKER_TRANSPORT = "studio.redis_broker:Transport"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
