@@ -44,7 +44,11 @@ def domain_error(request, exc: DomainError):
     extra = getattr(exc, "api_extra", None)
     if callable(extra):
         body.update(extra())
-    return api.create_response(request, body, status=exc.status)
+    response = api.create_response(request, body, status=exc.status)
+    retry_after_s = getattr(exc, "retry_after_s", None)
+    if retry_after_s:
+        response["Retry-After"] = str(max(1, round(retry_after_s)))
+    return response
 
 
 @api.exception_handler(Http404)

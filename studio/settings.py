@@ -345,6 +345,10 @@ if DEPENV_BUILD_TIMEOUT_S <= 0:
 EPISODE_HOST_REDIS_URL = envstr("EPISODE_HOST_REDIS_URL", REDIS_URL)
 EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", DEPLOYMENT_TAG)  # Redis key prefix; see CELERY_TASK_DEFAULT_QUEUE
 EPISODES_MAX_OPEN_PER_TEAM = envint("EPISODES_MAX_OPEN_PER_TEAM", 256)
+# Open episodes are admitted by the memory their versions declare (runs/episodes/memory.py), in MB;
+# 0: 3/4 of this machine's memory per episode host, half of that per team.
+EPISODE_HOST_MEMORY_MB = envint("EPISODE_HOST_MEMORY_MB", 0)
+EPISODES_TEAM_MEMORY_MB = envint("EPISODES_TEAM_MEMORY_MB", 0)
 EPISODE_STEP_WAIT_S = envint("EPISODE_STEP_WAIT_S", 300)
 SESSION_IDLE_TIMEOUT_S = envfloat("SESSION_IDLE_TIMEOUT_S", 300)
 PLAY_IDLE_TIMEOUT_S = envfloat("PLAY_IDLE_TIMEOUT_S", 900)

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..models import AgentKind, Rollout, RolloutStatus
 from ..sandbox.pool import SandboxPool
-from . import routing
+from . import memory, routing
 from .service import (
     Episode,
     EpisodeFault,
@@ -67,8 +67,9 @@ def step_json(step: dict, *, done: bool) -> dict:
 
 
 class HeldEpisode:
-    def __init__(self, *, episode_id: str, team_id: int, driver: str, episode: Episode):
+    def __init__(self, *, episode_id: str, team_id: int, driver: str, episode: Episode, memory_mb: int = 0):
         self.id, self.team_id, self.driver, self.episode = episode_id, team_id, driver, episode
+        self.memory_mb = memory_mb  # what its version declares (memory.declared_memory_mb)
         self.last_used = time.monotonic()
 
 
@@ -87,6 +88,7 @@ class EpisodeHost:
         # forked them (PR_SET_PDEATHSIG): the start pool's threads live as long as the host.
         self.sandbox_pool = SandboxPool(size=pool_size) if pool_size and settings.SANDBOX_BACKEND == "process" else None
         self.sandbox_pool_lock = threading.Lock()
+        self.starting_mb = 0  # declared memory of the episodes being started
         self.team_starts: dict[int, int] = collections.Counter()
         self.team_pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
         self.take_many = True
@@ -204,7 +206,35 @@ class EpisodeHost:
             raise routing.HostError("No open episode with this id (closed, timed out, or never opened).", 404)
         return held
 
+    def memory_used_mb(self) -> int:
+        """What this host's open episodes, and those it is starting, declare (call with the lock)."""
+        return sum(held.memory_mb for held in self.held.values()) + self.starting_mb
+
+    def _reserve_memory(self, memory_mb: int) -> None:
+        budget = memory.host_budget_mb()
+        with self.lock:
+            used = self.memory_used_mb()
+            if used + memory_mb > budget:
+                raise routing.HostError(
+                    f"The episode host {self.id} holds {len(self.held)} open episodes declaring {used:,} MB of memory;"
+                    f" this one asks {memory_mb:,} MB more, over the host's budget of {budget:,} MB"
+                    f" (EPISODE_HOST_MEMORY_MB). Retry once some episodes end.", 429,
+                )
+            self.starting_mb += memory_mb
+
     def start(self, message: dict) -> dict:
+        rollout = Rollout.objects.select_related("run__environment_version__environment", "run__agent").filter(
+            pk=message["rollout"]
+        ).first()
+        memory_mb = memory.declared_memory_mb(rollout.run.environment_version) if rollout is not None else 0
+        self._reserve_memory(memory_mb)
+        try:
+            return self._start(message, memory_mb)
+        finally:
+            with self.lock:
+                self.starting_mb -= memory_mb
+
+    def _start(self, message: dict, memory_mb: int) -> dict:
         # This host answers for the rollout from now on (a slow reset is not an orphan: its host is alive).
         claimed = Rollout.objects.filter(pk=message["rollout"], status=RolloutStatus.RUNNING).update(
             worker=f"episode-host:{self.id}", heartbeat_at=timezone.now()
@@ -227,7 +257,7 @@ class EpisodeHost:
         except EpisodeFault as fault:
             raise routing.HostError(f"The environment did not start: {fault.reason}", 409) from None
         episode_id = message["episode"]
-        held = HeldEpisode(episode_id=episode_id, team_id=rollout.team_id, driver=driver, episode=episode)
+        held = HeldEpisode(episode_id=episode_id, team_id=rollout.team_id, driver=driver, episode=episode, memory_mb=memory_mb)
         with self.lock:
             self.held[episode_id] = held
         routing.route_set(self.redis, episode_id=episode_id, host_id=self.id, team_id=rollout.team_id, rollout_id=rollout.pk)

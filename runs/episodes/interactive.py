@@ -17,8 +17,8 @@ from studio.models import Team
 from .. import events
 from .. import services as run_services
 from ..models import Rollout, RolloutStatus, Run, RunStatus
-from . import routing
-from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end
+from . import memory, routing
+from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
 from .setup import task_of
 
@@ -41,6 +41,7 @@ class EpisodeEnded(DomainError):
 
 class TooManyEpisodes(DomainError):
     status = 429
+    retry_after_s: float | None = None
 
 
 class EpisodeHostUnavailable(DomainError):
@@ -95,6 +96,14 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
                 f"Your team has {open_now} open episodes, the most it may hold at once"
                 f" (EPISODES_MAX_OPEN_PER_TEAM={max_open_per_team()}); close some first."
             )
+        idle_s = idle_timeout_s(driver)
+        refusal = memory.over_team_budget(
+            team_id=team.pk, agent_kinds=INTERACTIVE_AGENT_KINDS, asks_mb=memory.declared_memory_mb(version), retry_s=idle_s
+        )
+        if refusal:
+            error = TooManyEpisodes(refusal)
+            error.retry_after_s = idle_s
+            raise error
         run = Run.objects.create(
             team=team, environment_version=version, agent=agent, task_ids=[str(task["id"])], seeds=[seed],
             limits={}, status=RunStatus.RUNNING, created_by=actor,
@@ -116,6 +125,8 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
         raise RouterUnavailable(str(exc)) from None
     except routing.HostError as exc:
+        if exc.status == 429:  # the host had no room: the episode never started
+            rollout_end(rollout=rollout, status=RolloutStatus.CANCELLED, error=str(exc), end_reason="refused")
         raise _domain_error(exc) from None
     return {"episode_id": episode_id, "rollout_id": rollout.pk, "run_id": rollout.run_id, **result}
 

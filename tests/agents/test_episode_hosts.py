@@ -133,6 +133,31 @@ def test_a_team_cannot_hold_more_open_episodes_than_its_cap(owner_api, counter, 
     assert owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"}).status_code == 201
 
 
+def test_open_episodes_are_admitted_by_the_memory_their_versions_declare(owner_api, counter, own_episode_host, settings):
+    own_episode_host()
+    settings.EPISODES_TEAM_MEMORY_MB = 1100  # two episodes of 512 MB (the sandbox default) fit, a third does not
+    sessions = [open_session(owner_api)["session_id"] for _ in range(2)]
+    refused = owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"})
+    detail = refused.json()["detail"]
+    assert refused.status_code == 429, refused.content
+    assert "declare 1,024 MB" in detail and "olivia" in detail and "512 MB more" in detail and "EPISODES_TEAM_MEMORY_MB" in detail
+    assert int(refused["Retry-After"]) > 0
+    assert Rollout.objects.filter(status=RolloutStatus.RUNNING).count() == 2  # nothing half-opened
+    owner_api.post(f"/sessions/{sessions[0]}/close")
+    assert owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"}).status_code == 201
+
+
+def test_a_host_refuses_episodes_over_its_memory_budget_and_the_refused_one_ends(owner_api, counter, own_episode_host):
+    own_episode_host(EPISODE_HOST_MEMORY_MB=1100)
+    open_session(owner_api)
+    open_session(owner_api)
+    refused = owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"})
+    assert refused.status_code == 429 and "EPISODE_HOST_MEMORY_MB" in refused.json()["detail"], refused.content
+    assert "holds 2 open episodes declaring 1,024 MB" in refused.json()["detail"]
+    assert Rollout.objects.filter(status=RolloutStatus.RUNNING).count() == 2
+    assert Rollout.objects.get(status=RolloutStatus.CANCELLED).end_reason == "refused"
+
+
 def test_a_hung_reset_ends_the_session_timed_out(owner_api, team, owner, own_episode_host):
     own_episode_host()
     package_version(team, owner, "hangs", COUNTER, tasks=[{"id": "t1", "reset_sleep": 60}], limits={"step_timeout_s": 1})

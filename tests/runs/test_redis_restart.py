@@ -1,7 +1,5 @@
 """A Redis restart (killed, empty, back seconds later) heals by itself: the worker stays up, reconnects,
 and every rollout queued or running through the outage ends once, finished, with its run."""
-import signal
-import subprocess
 import time
 
 import pytest
@@ -10,7 +8,7 @@ from runs import services
 from runs.models import Rollout, Run
 from runs.tasks import execute_rollout
 from studio.celery import app
-from tests.processes import celery_queue, free_port, kill_group, start_celery_worker, wait_for  # noqa: F401 - fixture
+from tests.processes import celery_queue, kill_group, private_redis, start_celery_worker, wait_for  # noqa: F401 - fixtures
 
 from rollout_factories import package_version
 
@@ -36,28 +34,8 @@ class Env:
 """
 
 
-def start_redis(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() == b"PONG",
-             10, "redis to answer")
-    return proc
-
-
-@pytest.fixture
-def own_redis():
-    """A Redis of this test's own (the others' stays up), restartable on the same port."""
-    port = free_port()
-    state = {"proc": start_redis(port), "port": port}
-    yield state
-    state["proc"].kill()
-    state["proc"].wait()
-
-
-def test_a_redis_restart_leaves_the_worker_running_and_every_rollout_finishes(own_redis, celery_queue, tmp_path, team, owner):
-    url = f"redis://127.0.0.1:{own_redis['port']}/0"
+def test_a_redis_restart_leaves_the_worker_running_and_every_rollout_finishes(private_redis, celery_queue, tmp_path, team, owner):
+    url = private_redis.url
     version = package_version(team, owner, "slow-through-restart", SLOW_ENV)
     agent = services.agent_get_or_create(team=team, actor=owner, name="random", kind="random")
     run = services.run_create(team=team, actor=owner, version=version, agent=agent, seeds=list(range(6)), enqueue=False)
@@ -72,11 +50,10 @@ def test_a_redis_restart_leaves_the_worker_running_and_every_rollout_finishes(ow
         wait_for(lambda: run.rollouts.filter(status="running", step_count__gte=1).exists(), 60, "a rollout to run")
 
         # Killed: the queued rollouts' messages and the unacked ones go with it (no persistence).
-        own_redis["proc"].send_signal(signal.SIGKILL)
-        own_redis["proc"].wait()
+        private_redis.kill()
         time.sleep(6)
         assert worker.poll() is None, log.read_text()[-3000:]
-        own_redis["proc"] = start_redis(own_redis["port"])
+        private_redis.start()
 
         wait_for(lambda: Run.objects.get(pk=run.pk).status == "finished", 120, "the run to finish after the restart")
         assert worker.poll() is None, log.read_text()[-3000:]
