@@ -13,6 +13,7 @@ urlpatterns = [
     path("rollouts/<int:rollout_id>/steps.json", views.rollout_steps_json, name="steps_json"),
     path("rollouts/<int:rollout_id>/timeline.json", views.rollout_timeline_json, name="timeline_json"),
     path("rollouts/<int:rollout_id>/rerun/", views.rollout_rerun, name="rerun"),
+    path("episodes/", views.episodes_open, name="episodes"),
     path("agents/", views.agent_list, name="agents"),
     path("agents/new/", views.agent_new, name="agent_new"),
     path("agents/<int:agent_id>/", views.agent_detail, name="agent"),

@@ -17,6 +17,7 @@ from .review import selectors as review_selectors
 from studio.errors import DomainError
 
 from . import artifacts, events, figures, selectors, services
+from .episodes import interactive
 from .forms import AgentForm, RunForm
 from .models import Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
 
@@ -204,6 +205,14 @@ def rollout_rerun(request, rollout_id):
         return redirect("runs:rollout", team=request.team.slug, rollout_id=rollout.pk)
     messages.success(request, f"Rerunning as rollout {new.pk}; this page compares the two when it finishes.")
     return redirect("runs:rollout", team=request.team.slug, rollout_id=new.pk)
+
+
+@team_view("read")
+def episodes_open(request):
+    """The team's open interactive episodes and the memory they hold against its budget."""
+    summary = interactive.open_episodes_of(team=request.team)
+    template = "runs/episodes.html#episode-rows" if request.htmx else "runs/episodes.html"
+    return render(request, template, {"summary": summary})
 
 
 @team_view("read")

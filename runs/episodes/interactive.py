@@ -243,3 +243,8 @@ def _step_timeout_s() -> float:
 
 def _close_timeout_s() -> float:
     return float(settings.EPISODE_STEP_WAIT_S) + 60
+
+
+def open_episodes_of(*, team) -> dict:
+    """The team's open interactive episodes with their declared memory and the team's budget."""
+    return memory.open_episodes_summary(team_id=team.pk, agent_kinds=INTERACTIVE_AGENT_KINDS)

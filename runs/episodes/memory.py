@@ -41,24 +41,36 @@ def declared_memory_mb(version) -> int:
     return int(memory_mb)
 
 
-def team_open_memory(*, team_id: int, agent_kinds) -> tuple[int, list[tuple[str, int, int]]]:
-    """(MB the team's open episodes declare, [(who opened them, episodes, MB), ...] largest first)."""
+def open_episodes(*, team_id: int, agent_kinds) -> list[tuple[Rollout, int]]:
+    """The team's open episodes, newest first, each with the memory its version declares."""
     open_rollouts = (
         Rollout.objects.filter(team_id=team_id, status=RolloutStatus.RUNNING, run__agent__kind__in=agent_kinds)
-        .select_related("run__environment_version", "run__created_by", "run__agent")
-        .only("run__environment_version__manifest", "run__created_by__username", "run__agent__name")
+        .select_related("run__environment_version__environment", "run__created_by", "run__agent")
+        .order_by("-started_at", "-pk")
     )
     per_version: dict[int, int] = {}
-    episodes: collections.Counter = collections.Counter()
-    memory: collections.Counter = collections.Counter()
+    found = []
     for rollout in open_rollouts:
         version = rollout.run.environment_version
         if version.pk not in per_version:
             per_version[version.pk] = declared_memory_mb(version)
-        creator = rollout.run.created_by
-        who = f"{creator.username if creator else 'unknown'} ({rollout.run.agent.name})"
+        found.append((rollout, per_version[version.pk]))
+    return found
+
+
+def opened_by(rollout: Rollout) -> str:
+    creator = rollout.run.created_by
+    return f"{creator.username if creator else 'unknown'} ({rollout.run.agent.name})"
+
+
+def team_open_memory(*, team_id: int, agent_kinds) -> tuple[int, list[tuple[str, int, int]]]:
+    """(MB the team's open episodes declare, [(who opened them, episodes, MB), ...] largest first)."""
+    episodes: collections.Counter = collections.Counter()
+    memory: collections.Counter = collections.Counter()
+    for rollout, memory_mb in open_episodes(team_id=team_id, agent_kinds=agent_kinds):
+        who = opened_by(rollout)
         episodes[who] += 1
-        memory[who] += per_version[version.pk]
+        memory[who] += memory_mb
     by_whom = sorted(((who, episodes[who], memory[who]) for who in memory), key=lambda row: -row[2])
     return sum(memory.values()), by_whom
 
@@ -75,3 +87,18 @@ def over_team_budget(*, team_id: int, agent_kinds, asks_mb: int, retry_s: float)
         f" over the team's budget of {budget:,} MB (EPISODES_TEAM_MEMORY_MB). Close some episodes, or retry once"
         f" some end (idle ones close after {retry_s:g} s)."
     )
+
+
+def open_episodes_summary(*, team_id: int, agent_kinds) -> dict:
+    """What the page of open episodes and GET /api/v1/sessions show: each open episode with its
+    declared memory, their total and the team's budget."""
+    episodes = [
+        {
+            "rollout_id": rollout.pk, "run_id": rollout.run_id, "version": rollout.run.environment_version.label,
+            "task_id": rollout.task_id, "seed": rollout.seed, "kind": rollout.run.agent.kind,
+            "agent": rollout.run.agent.name, "opened_by": rollout.run.created_by.username if rollout.run.created_by else "",
+            "memory_mb": memory_mb, "step_count": rollout.step_count, "started_at": rollout.started_at,
+        }
+        for rollout, memory_mb in open_episodes(team_id=team_id, agent_kinds=agent_kinds)
+    ]
+    return {"episodes": episodes, "memory_mb": sum(e["memory_mb"] for e in episodes), "budget_mb": team_budget_mb()}

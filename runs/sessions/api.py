@@ -10,7 +10,10 @@ from environments.selectors import version_by_label
 from studio.api import TokenAuth, require
 
 from . import services
-from .schemas import ActionIn, BatchStepIn, BatchStepOut, SessionClosedOut, SessionIn, SessionOut, SessionStepOut
+from ..episodes.interactive import open_episodes_of
+from .schemas import (
+    ActionIn, BatchStepIn, BatchStepOut, OpenEpisodesOut, SessionClosedOut, SessionIn, SessionOut, SessionStepOut,
+)
 
 router = Router(tags=["sessions"])
 
@@ -53,6 +56,14 @@ class CachedTokenAuth(HttpBearer):
 
 
 step_auth = CachedTokenAuth()
+
+
+@router.get("/sessions", response=OpenEpisodesOut)
+def list_open_episodes(request):
+    """The team's open episodes (remote sessions, protocol episodes, plays), newest first, with the
+    memory each declares, their total and the team's budget (new episodes over it get a 429)."""
+    require(request, "read")
+    return open_episodes_of(team=request.team)
 
 
 @router.post("/sessions", response={201: SessionOut})

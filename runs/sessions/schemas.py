@@ -1,3 +1,4 @@
+from datetime import datetime
 from typing import Any
 
 from ninja import Field, Schema
@@ -67,3 +68,23 @@ class SessionClosedOut(Schema):
     verifier_reward: float | None
     verifier_reason: str
     error: str
+
+
+class OpenEpisodeOut(Schema):
+    rollout_id: int
+    run_id: int
+    version: str
+    task_id: str
+    seed: int
+    kind: str = Field(..., description="remote (a session or protocol client) or human (a play)")
+    agent: str
+    opened_by: str
+    memory_mb: int = Field(..., description="the memory its version declares (limits.memory_mb)")
+    step_count: int
+    started_at: datetime | None = None
+
+
+class OpenEpisodesOut(Schema):
+    episodes: list[OpenEpisodeOut]
+    memory_mb: int = Field(..., description="what the team's open episodes declare together")
+    budget_mb: int = Field(..., description="what they may declare together (EPISODES_TEAM_MEMORY_MB)")

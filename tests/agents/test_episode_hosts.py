@@ -133,7 +133,7 @@ def test_a_team_cannot_hold_more_open_episodes_than_its_cap(owner_api, counter, 
     assert owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"}).status_code == 201
 
 
-def test_open_episodes_are_admitted_by_the_memory_their_versions_declare(owner_api, counter, own_episode_host, settings):
+def test_open_episodes_are_admitted_by_the_memory_their_versions_declare(owner_api, outsider_api, client, owner, counter, own_episode_host, settings):
     own_episode_host()
     settings.EPISODES_TEAM_MEMORY_MB = 1100  # two episodes of 512 MB (the sandbox default) fit, a third does not
     sessions = [open_session(owner_api)["session_id"] for _ in range(2)]
@@ -143,6 +143,13 @@ def test_open_episodes_are_admitted_by_the_memory_their_versions_declare(owner_a
     assert "declare 1,024 MB" in detail and "olivia" in detail and "512 MB more" in detail and "EPISODES_TEAM_MEMORY_MB" in detail
     assert int(refused["Retry-After"]) > 0
     assert Rollout.objects.filter(status=RolloutStatus.RUNNING).count() == 2  # nothing half-opened
+    listed = owner_api.get("/sessions").json()
+    assert listed["memory_mb"] == 1024 and listed["budget_mb"] == 1100
+    assert [(e["version"], e["memory_mb"], e["opened_by"], e["kind"]) for e in listed["episodes"]] == [("counter@1", 512, "olivia", "remote")] * 2
+    assert outsider_api.get("/sessions").json()["episodes"] == []  # another team sees none of them
+    client.force_login(owner)
+    page = client.get("/t/alpha/episodes/").content.decode()
+    assert "1024 MB" in page and "1100 MB" in page and page.count("counter@1") == 2
     owner_api.post(f"/sessions/{sessions[0]}/close")
     assert owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"}).status_code == 201
 
