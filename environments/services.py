@@ -155,6 +155,10 @@ def environment_update(*, environment: Environment, actor, name=None, descriptio
     return environment
 
 
+def _chars(files: dict) -> int:
+    return sum(len(path) + len(content or "") for path, content in files.items())
+
+
 def _draft_change(*, environment, actor, expected_revision: int, change, path=None, yours=None) -> Draft:
     """Apply `change(files) -> files` if the draft is still at `expected_revision`, else StaleDraft."""
     with transaction.atomic():
@@ -162,6 +166,8 @@ def _draft_change(*, environment, actor, expected_revision: int, change, path=No
         if expected_revision is not None and draft.revision != int(expected_revision):
             raise StaleDraft(draft=draft, path=path, yours=yours)
         files = change(dict(draft.files))
+        if _chars(files) > _chars(draft.files):  # a team over its quota may still shrink its draft
+            storage_quota_check(team_id=environment.team_id, what="Saving the draft")
         for file, inner in package.file_and_folder_clashes(files):
             raise InvalidInput(package.file_and_folder_reason(file, inner) + ".", field="path")
         Draft.objects.filter(pk=draft.pk).update(files=files, revision=F("revision") + 1, updated_by=actor)

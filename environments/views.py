@@ -107,8 +107,8 @@ def file_save(request, slug):
         )
     except services.StaleDraft as exc:
         return render(request, "environments/_conflict.html", {"env": env, "conflict": exc}, status=409)
-    except services.InvalidInput as exc:
-        return render(request, "environments/_save_status.html", {"error": exc.message}, status=400)
+    except services.DomainError as exc:  # bad input, the team's storage quota (413)
+        return render(request, "environments/_save_status.html", {"error": exc.message}, status=exc.status)
     return render(request, "environments/_save_status.html", {"draft": draft, "saved_path": path})
 
 
@@ -127,7 +127,7 @@ def _file_op(request, slug, op, **extra):
     except services.StaleDraft as exc:
         messages.error(request, exc.message)
         target = request.POST.get("path", "")
-    except services.InvalidInput as exc:
+    except services.DomainError as exc:  # bad input, the team's storage quota
         messages.error(request, exc.message)
         target = request.POST.get("path", "")
     else:

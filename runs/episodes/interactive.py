@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from environments.dependencies.services import ensure_version_runnable
 from studio.errors import DomainError
+from studio.storage_quota import astorage_quota_check_recent, storage_quota_check, storage_quota_check_recent
 from studio.models import Team
 
 from .. import events
@@ -23,6 +24,8 @@ from .service import rollout_end
 from .setup import task_of
 
 MAX_BATCH = 1024
+# What a team over its storage quota is told of a step refused (close the episode: closing is allowed).
+STEP_STORED = "Storing another step of an open episode (close it; closing is allowed)"
 
 
 class InvalidEpisode(DomainError):
@@ -83,6 +86,7 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InvalidEpisode(f"The seed must be a whole number from 0 to 2^63-1, not {seed!r}.", field="seed")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
+    storage_quota_check(team_id=team.pk, what="New episode")
     agent = run_services.agent_get_or_create(team=team, actor=actor, name=agent_name, kind=agent_kind)
     episode_id = secrets.token_urlsafe(16)
     now = timezone.now()
@@ -179,6 +183,7 @@ async def episode_step_remote_async(*, team, episode_id: str, action) -> dict:
         raise RouterUnavailable(str(exc)) from None
     if route is None or route[1] != team.pk:
         raise EpisodeNotFound("No open episode with this id (closed, timed out, or never opened).")
+    await astorage_quota_check_recent(team_id=team.pk, what=STEP_STORED)
     message = {"op": "step", "action": action, "episode": episode_id, "team": team.pk}
     try:
         return await routing.acall(message=message, host_id=route[0], timeout_s=_step_timeout_s())
@@ -194,6 +199,7 @@ async def episode_step_remote_async(*, team, episode_id: str, action) -> dict:
 
 def episode_step_remote(*, team, episode_id: str, action) -> dict:
     """One step of an open episode, stored and published like a worker's."""
+    storage_quota_check_recent(team_id=team.pk, what=STEP_STORED)
     return _call(team=team, episode_id=episode_id, message={"op": "step", "action": action}, timeout_s=_step_timeout_s())
 
 
@@ -202,6 +208,7 @@ def episode_steps_remote(*, team, items: list[tuple[str, object]]) -> list[dict]
     action); results come back in the same order, each {"ok": true, step...} or {"ok": false, error}."""
     if len(items) > MAX_BATCH:
         raise InvalidEpisode(f"A batch holds at most {MAX_BATCH} steps, not {len(items)}.", field="steps")
+    storage_quota_check_recent(team_id=team.pk, what=STEP_STORED)
     by_host: dict[str, list[int]] = {}
     results: list[dict | None] = [None] * len(items)
     for position, (episode_id, _) in enumerate(items):

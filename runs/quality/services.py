@@ -11,6 +11,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from studio.storage_quota import storage_quota_check
+
 from studio.errors import Conflict, DomainError
 
 from .. import services as run_services
@@ -153,6 +155,7 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     # The random agent draws its actions from the rollout's seed, so it is a deterministic agent: each
     # episode of the `random` probe is run once more, and the two make a determinism pair.
     plan.append((AuditRole.DETERMINISM, "determinism", random_agent, 1))
+    storage_quota_check(team_id=team.pk, what="Audit")
     try:
         with transaction.atomic():
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor)

@@ -165,6 +165,25 @@ def test_a_host_refuses_episodes_over_its_memory_budget_and_the_refused_one_ends
     assert Rollout.objects.get(status=RolloutStatus.CANCELLED).end_reason == "refused"
 
 
+def test_a_team_over_its_storage_quota_opens_and_steps_no_episodes_but_may_close_them(owner_api, counter, own_episode_host, settings):
+    import secrets
+
+    own_episode_host()
+    sid = open_session(owner_api)["session_id"]  # opened under the quota (its steps' check is fresh after it)
+    revision = owner_api.get("/environments/counter/draft").json()["revision"]
+    noise = secrets.token_hex(950_000)
+    assert owner_api.put("/environments/counter/draft/files/data.txt", {"content": noise, "revision": revision}).status_code == 200
+    settings.TEAM_STORAGE_QUOTA_MB = 1
+    refused = owner_api.post("/sessions", {"version": "counter@1", "task_id": "t1"})
+    assert refused.status_code == 413 and "New episode refused" in refused.json()["detail"], refused.content
+    step = owner_api.post(f"/sessions/{sid}/step", {"action": 1})
+    assert step.status_code == 413 and "Storing another step" in step.json()["detail"], step.content
+    batch = owner_api.post("/sessions/step", {"steps": [{"session_id": sid, "action": 1}]})
+    assert batch.status_code == 413, batch.content
+    closed = owner_api.post(f"/sessions/{sid}/close")
+    assert closed.status_code == 200 and closed.json()["step_count"] == 0, closed.content
+
+
 def test_a_hung_reset_ends_the_session_timed_out(owner_api, team, owner, own_episode_host):
     own_episode_host()
     package_version(team, owner, "hangs", COUNTER, tasks=[{"id": "t1", "reset_sleep": 60}], limits={"step_timeout_s": 1})

@@ -1,5 +1,7 @@
 """A team's storage quota: the steps its rollouts stored count toward it, and a team over it gets no new
 runs or versions (413 with the reason) while another team carries on."""
+import secrets
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -57,3 +59,22 @@ def test_a_team_over_its_quota_gets_no_new_runs_or_versions_and_says_why(team, o
     # Another team is not held back by this one's usage.
     accepted = outsider_api.post("/runs", {"version": "bulky@1", "agent": "random", "seeds": "0"})
     assert accepted.status_code == 201, accepted.content
+
+
+def test_drafts_count_and_a_team_over_its_quota_cannot_grow_one_but_may_shrink_it(team, owner, owner_api, settings):
+    package_version(team, owner, "bulky", BULKY_ENV)
+    before = team_stored_bytes(team_id=team.pk)
+    revision = owner_api.get("/environments/bulky/draft").json()["revision"]
+    noise = secrets.token_hex(950_000)  # 1.9 MB that compresses little
+    grown = owner_api.put("/environments/bulky/draft/files/data.txt", {"content": noise, "revision": revision})
+    assert grown.status_code == 200, grown.content
+    assert team_stored_bytes(team_id=team.pk) - before >= 1 * MB  # the draft counts, as stored
+
+    settings.TEAM_STORAGE_QUOTA_MB = 1
+    revision = grown.json()["revision"]
+    refused = owner_api.put("/environments/bulky/draft/files/more.txt", {"content": "w" * 10_000, "revision": revision})
+    assert refused.status_code == 413, refused.content
+    assert "Saving the draft refused" in refused.json()["detail"]
+    assert "more.txt" not in owner_api.get("/environments/bulky/draft").json()["files"]  # nothing half-written
+    shrunk = owner_api.delete(f"/environments/bulky/draft/files/data.txt?revision={revision}")
+    assert shrunk.status_code == 200, shrunk.content
