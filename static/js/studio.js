@@ -14,10 +14,10 @@ document.addEventListener("click", (e) => {
   const el = document.querySelector(btn.getAttribute("data-copy"));
   if (el && navigator.clipboard) navigator.clipboard.writeText(el.textContent.trim()).then(() => { btn.textContent = "Copied"; });
 });
-// htmx: show the error and conflict panels that come with 400/409 answers instead of dropping them.
+// htmx: show the error and conflict panels that come with 400/409 answers (and quota refusals, 413/429) instead of dropping them.
 document.addEventListener("htmx:beforeSwap", (e) => {
   const status = e.detail.xhr.status;
-  if (status === 400 || status === 409) { e.detail.shouldSwap = true; e.detail.isError = false; }
+  if ([400, 409, 413, 429].includes(status)) { e.detail.shouldSwap = true; e.detail.isError = false; }
 });
 // Forms with a kind selector show only the fields of the chosen kind ([data-kind] on the inputs).
 function showKindFields(select) {
