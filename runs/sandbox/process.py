@@ -37,6 +37,7 @@ from environments.package import DEFAULT_OBSERVATION_MB
 from . import protocol
 from .cgroups import SandboxCgroup
 from .errors import SandboxCrashed, SandboxError, SandboxProtocolError, SandboxTimeout, UserCodeError
+from .seccomp import SeccompUnavailable, filter_fd
 from .secrets import version_seed_secret
 from .view import (
     BWRAP,
@@ -520,6 +521,7 @@ class ProcessSandbox:
         is_root = os.geteuid() == 0
         notes, weak = [], []
         cgroup_fds: list[int] = []
+        seccomp_fd: int | None = None
         try:
             if is_root:
                 self._slot = acquire_uid_slot(config)
@@ -544,8 +546,14 @@ class ProcessSandbox:
                 notes.append(f"{why}: memory, processes and CPU are bound per process only")
             use_view = config.view and bwrap_available(config.bwrap)
             if not use_view:
-                weak += ["filesystem_view", "pid_namespace"]
+                weak += ["filesystem_view", "pid_namespace", "seccomp"]
                 notes.append("no bubblewrap view: the sandbox sees the host's world-readable files and processes")
+            else:
+                try:
+                    seccomp_fd = filter_fd()
+                except SeccompUnavailable as exc:
+                    weak.append("seccomp")
+                    notes.append(f"no system-call filter ({exc})")
             self._refuse_if_weak(weak)
 
             python_path = list(config.python_path) if config.python_path is not None else default_python_path()
@@ -572,7 +580,7 @@ class ProcessSandbox:
                 argv = bwrap_argv(
                     python=config.python, python_path=python_path, runner_dir=str(RUNNER_PATH.parent),
                     workspace=self.workspace, isolate_network=config.isolate_network,
-                    browser=config.max_memory_mb == 0 or config.loopback, bwrap=config.bwrap,
+                    browser=config.max_memory_mb == 0 or config.loopback, bwrap=config.bwrap, seccomp_fd=seccomp_fd,
                 ) + argv
             elif is_root:
                 needed = [os.path.realpath(p) for p in [*python_path, str(self.workdir), config.python, str(RUNNER_PATH.parent)]]
@@ -595,6 +603,7 @@ class ProcessSandbox:
                 cwd=self.workdir,
                 env=env,
                 close_fds=True,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
                 start_new_session=True,
                 preexec_fn=_child_setup(
                     uid=self.uid if is_root else None,
@@ -610,7 +619,7 @@ class ProcessSandbox:
             self._release()
             raise
         finally:
-            for fd in cgroup_fds:
+            for fd in (*cgroup_fds, *(() if seccomp_fd is None else (seccomp_fd,))):
                 os.close(fd)
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             os.set_blocking(stream.fileno(), False)
@@ -622,6 +631,7 @@ class ProcessSandbox:
             "isolation": {
                 "filesystem_view": use_view,
                 "pid_namespace": use_view,
+                "seccomp": seccomp_fd is not None,  # the system-call filter (runs/sandbox/seccomp.py)
                 "cgroup": f"v{self.cgroup.version}" if self.cgroup is not None else None,
                 "disk_quota_mb": self.workspace.quota_mb,
                 "weak_layers": weak,

@@ -107,9 +107,11 @@ def bwrap_argv(
     isolate_network: bool = True,
     browser: bool = False,
     bwrap: str = BWRAP,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """bwrap's options for this sandbox's view (the command follows them). Import path entries are
-    bound at view_python_path(python_path), the runner's directory at RUNNER_DIR_IN_VIEW."""
+    bound at view_python_path(python_path), the runner's directory at RUNNER_DIR_IN_VIEW; `seccomp_fd`
+    holds the system-call filter bwrap loads before it executes the command (runs/sandbox/seccomp.py)."""
     argv = [
         bwrap,
         "--unshare-user", "--disable-userns",
@@ -138,6 +140,8 @@ def bwrap_argv(
     argv += ["--bind", str(workspace.work), WORKDIR_IN_VIEW]
     for target in TMP_IN_VIEW:
         argv += ["--bind", str(workspace.tmp), target]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--remount-ro", "/", "--chdir", WORKDIR_IN_VIEW, "--"]
     return argv
 

@@ -317,15 +317,15 @@ def test_isolation_layers_are_recorded_and_a_weak_sandbox_is_refused():
         sandbox.start({"env.py": "class Env:\n    def reset(self, t, s):\n        return 1\n"}, entrypoint="env:Env")
         isolation = sandbox.facts["isolation"]
         assert isolation["filesystem_view"] and isolation["pid_namespace"] and isolation["cgroup"]
-        assert isolation["disk_quota_mb"] and isolation["weak_layers"] == []
-    # Without bubblewrap a sandbox lacks the view and the PID namespace: refused unless allowed.
+        assert isolation["disk_quota_mb"] and isolation["seccomp"] and isolation["weak_layers"] == []
+    # Without bubblewrap a sandbox lacks the view, the PID namespace and the system-call filter: refused unless allowed.
     weak = SandboxConfig(bwrap="/nonexistent/bwrap", allow_weak=False)
     with pytest.raises(SandboxError, match="weak sandbox.*filesystem view, pid namespace.*SANDBOX_ALLOW_WEAK"):
         ProcessSandbox(weak).spawn()
     allowed = ProcessSandbox(SandboxConfig(bwrap="/nonexistent/bwrap", allow_weak=True))
     try:
         allowed.start({"env.py": "class Env:\n    def reset(self, t, s):\n        return 1\n"}, entrypoint="env:Env")
-        assert allowed.facts["isolation"]["weak_layers"] == ["filesystem_view", "pid_namespace"]
+        assert allowed.facts["isolation"]["weak_layers"] == ["filesystem_view", "pid_namespace", "seccomp"]
         assert allowed.reset({}, 0) == 1
     finally:
         allowed.close()
@@ -341,3 +341,47 @@ def test_user_code_errors_still_name_the_line_inside_the_view(start):
     with pytest.raises(UserCodeError, match=r"ValueError: bad task \(env.py line \d+\)"):
         sandbox.reset({"id": "t"}, seed=0)
 
+
+
+SYSCALL_PROBE = """
+    def reset(self, task, seed):
+        import ctypes, threading, subprocess
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def call(number, *args):
+            ctypes.set_errno(0)
+            result = libc.syscall(number, *[ctypes.c_long(a) for a in args])
+            return "ok" if result >= 0 else "refused: " + errno.errorcode.get(ctypes.get_errno(), "?")
+
+        # x86_64 numbers: each call as an escape would begin it; ptrace(TRACEME) and keyctl(GET_KEYRING_ID)
+        # succeed for any unprivileged process without the filter.
+        seen = {
+            "ptrace": call(101, 0, 0, 0, 0),
+            "keyctl": call(250, 0, -3, 1),
+            "mount": call(165, 0, 0, 0, 0, 0),
+            "bpf": call(321, 0, 0, 0),
+            "unshare": call(272, 0x10000000),
+            "clone_newuser": call(56, 0x10000000 | 17, 0, 0, 0, 0),
+            "perf_event_open": call(298, 0, 0, -1, -1, 0),
+            "setns": call(308, 0, 0),
+            "init_module": call(175, 0, 0, 0),
+        }
+        seccomp_mode = [line.split()[1] for line in open("/proc/self/status") if line.startswith("Seccomp:")]
+        box = []
+        worker = threading.Thread(target=lambda: box.append("thread ran"))
+        worker.start(); worker.join()
+        child = subprocess.run(["/bin/sh", "-c", "echo child ran"], capture_output=True, text=True).stdout.strip()
+        return {"calls": seen, "seccomp": seccomp_mode, "thread": box, "child": child}
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 system-call numbers")
+def test_a_seccomp_filter_refuses_the_calls_escapes_start_with_and_nothing_else(start_sandbox):
+    sandbox = start_sandbox({"env.py": ATTEMPT + "\n\nclass Env:\n" + textwrap.indent(textwrap.dedent(SYSCALL_PROBE), "    ")
+                             + "\n    def step(self, action):\n        return None, 0.0, True, False, {}\n"})
+    seen = sandbox.reset({"id": "t"}, seed=0)
+    assert seen["seccomp"] == ["2"]  # a filter is loaded
+    assert seen["calls"] == {name: "refused: EPERM" for name in seen["calls"]}, seen["calls"]
+    # Threads (glibc's clone3 refused with ENOSYS falls back to clone) and child processes still work.
+    assert seen["thread"] == ["thread ran"] and seen["child"] == "child ran"
+    assert sandbox.facts["isolation"]["seccomp"] is True, sandbox.facts
