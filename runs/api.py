@@ -132,11 +132,16 @@ def cancel_run(request, run_id: int):
 
 
 @router.get("/runs/{run_id}/rollouts", response=list[RolloutOut])
-def list_rollouts(request, run_id: int, status: str = "", limit: int = Query(500, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
+def list_rollouts(request, run_id: int, status: str = "", end_reason: str = Query("", max_length=16),
+                  limit: int = Query(500, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
+    """The run's rollouts; `status` and `end_reason` filter them (end_reason=infra_error: those the
+    studio's own machinery failed, whose rewards say nothing of the environment or the agent)."""
     run = get_object_or_404(_runs(request), pk=run_id)
     qs = run.rollouts.order_by("id")
     if status:
         qs = qs.filter(status=status)
+    if end_reason:
+        qs = qs.filter(end_reason=end_reason)
     limit = max(1, min(limit, 2000))
     return list(qs[offset : offset + limit])
 

@@ -96,6 +96,12 @@ class RolloutStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# A rollout's end_reason when the studio's own machinery failed it (a worker that kept dying, an
+# episode host or Redis lost, a bug in the worker), not the environment or the agent: its reward says
+# nothing about either, and the runs list and the API filter on it.
+INFRA_ERROR = "infra_error"
+
+
 FINISHED_ROLLOUT_STATUSES = (
     RolloutStatus.SUCCEEDED,
     RolloutStatus.FAILED,

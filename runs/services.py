@@ -24,6 +24,7 @@ from . import events
 from .agents import code_hash
 from .episodes.setup import RUN_LIMIT_KEYS
 from .models import (
+    INFRA_ERROR,
     Agent,
     AgentKind,
     Rollout,
@@ -435,7 +436,7 @@ def _rollout_claim(rollout_id: int) -> _Claim:
             _finish_unstarted(
                 rollout, RolloutStatus.ERRORED,
                 f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
-                "error",
+                INFRA_ERROR,
             )
             return _Claim(skip="too many attempts")
         if rollout.status == RolloutStatus.QUEUED and _team_at_cap(rollout.team_id):
@@ -531,7 +532,7 @@ def rollout_execute(*, rollout_id: int) -> str:
         return "lost ownership"
     except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave the rollout running
         logger.exception("rollout %s failed in the worker", rollout.pk)
-        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason="error")
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason=INFRA_ERROR)
         return RolloutStatus.ERRORED
 
 
@@ -560,7 +561,7 @@ def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, s
                 _finish_unstarted(
                     rollout, RolloutStatus.ERRORED,
                     f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
-                    "error",
+                    INFRA_ERROR,
                 )
                 done.append((rollout.pk, "errored"))
             else:

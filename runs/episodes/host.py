@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from ..models import AgentKind, Rollout, RolloutStatus
+from ..models import INFRA_ERROR, AgentKind, Rollout, RolloutStatus
 from ..sandbox.pool import SandboxPool
 from . import memory, routing
 from .service import (
@@ -511,6 +511,6 @@ def episode_orphan_end(*, rollout: Rollout, error: str) -> bool:
         logger.warning("could not read the step journal of rollout %s", rollout.pk, exc_info=True)
         steps = []
     steps_recover(rollout=rollout, steps=steps)
-    ended = rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, end_reason="error", error=error)
+    ended = rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, end_reason=INFRA_ERROR, error=error)
     journal_drop(r, rollout.pk)
     return ended

@@ -17,7 +17,7 @@ from studio.models import Team
 
 from .. import events
 from .. import services as run_services
-from ..models import Rollout, RolloutStatus, Run, RunStatus
+from ..models import INFRA_ERROR, Rollout, RolloutStatus, Run, RunStatus
 from . import memory, routing
 from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
@@ -121,12 +121,12 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
     try:
         result = routing.call(message=message, host_id=None, timeout_s=start_timeout_s(version.manifest.get("limits") or {}))
     except routing.HostUnavailable as exc:
-        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason=INFRA_ERROR)
         raise EpisodeHostUnavailable(str(exc)) from None
     except routing.RedisUnavailable as exc:
         # A host may have started it and be unable to answer: ending the rollout makes that host let
         # go of it at its next write (it is no longer ours), so nothing stays open unseen.
-        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason="error")
+        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason=INFRA_ERROR)
         raise RouterUnavailable(str(exc)) from None
     except routing.HostError as exc:
         if exc.status == 429:  # the host had no room: the episode never started

@@ -110,7 +110,9 @@ def test_a_killed_host_ends_its_episodes_errored_and_the_client_is_told(owner_ap
     assert time.monotonic() - started < 10  # an error, not a hang
     assert response.status_code == 503 and "stopped" in response.json()["detail"]
     rollout = Rollout.objects.get(pk=opened["rollout_id"])
-    assert rollout.status == RolloutStatus.ERRORED and "episode host" in rollout.error
+    assert rollout.status == RolloutStatus.ERRORED and "episode host" in rollout.error and rollout.end_reason == "infra_error"
+    listed = owner_api.get(f"/runs/{rollout.run_id}/rollouts", {"end_reason": "infra_error"}).json()
+    assert [r["id"] for r in listed] == [rollout.pk]
     # Every step the client was answered is stored, once: the dead host's journal is written first.
     assert list(rollout.steps.order_by("index").values_list("index", flat=True)) == [0, 1, 2]
     assert rollout.step_count == 3 and rollout.total_reward == 3.0

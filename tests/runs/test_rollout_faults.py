@@ -268,7 +268,7 @@ def test_rollout_whose_worker_died_too_often_ends_errored(team, owner):
     rollout = _orphan(team, owner, attempts=3)
     assert execute_rollout(rollout.pk) == "too many attempts"
     rollout.refresh_from_db()
-    assert rollout.status == RolloutStatus.ERRORED and "died 3 times" in rollout.error
+    assert rollout.status == RolloutStatus.ERRORED and "died 3 times" in rollout.error and rollout.end_reason == "infra_error"
 
 
 def test_recover_stale_rollouts_requeues_silent_ones_and_leaves_live_ones(team, owner, django_capture_on_commit_callbacks):
