@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The suite runs on this many pytest-xdist workers (each with its own test database); 1 runs it serially.
+TEST_WORKERS ?= 2
 
 .PHONY: setup setup-test services run test test-fast lint bench clean
 
@@ -37,7 +39,7 @@ setup-test: setup $(VENV)/.installed-test
 
 test: setup-test
 	@bash scripts/start_docker.sh || true
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-fast: setup-test
 	$(BIN)/python -m pytest -m "not browser and not integration"

@@ -301,7 +301,7 @@ def _entrypoint_checked_before_commit(*, environment, files) -> str | None:
     if package.validate_package(files):
         return None  # the commit refuses it with every problem, in the transaction
     check = dependency_services.entrypoint_check_before_commit(
-        files=files, manifest=package.parse_manifest(files), tasks=package.parse_tasks(files)
+        team_id=environment.team_id, files=files, manifest=package.parse_manifest(files), tasks=package.parse_tasks(files)
     )
     if check is None:
         return None

@@ -338,6 +338,8 @@ DEPENV_INDEX_URL = envstr("DEPENV_INDEX_URL", "")
 # Folders of wheels searched besides the index (space-separated), e.g. a site's own packages.
 DEPENV_FIND_LINKS = envstr("DEPENV_FIND_LINKS", "").split()
 DEPENV_BUILD_TIMEOUT_S = envint("DEPENV_BUILD_TIMEOUT_S", 900)
+# How many entrypoint checks (a sandbox each, at commit and upload) one team may run at once.
+ENTRYPOINT_CHECKS_PER_TEAM = envint("ENTRYPOINT_CHECKS_PER_TEAM", 2)
 if DEPENV_BUILD_TIMEOUT_S <= 0:
     raise ImproperlyConfigured(f"DEPENV_BUILD_TIMEOUT_S must be positive, got {DEPENV_BUILD_TIMEOUT_S}")
 

@@ -28,16 +28,36 @@ def needs_check(manifest: dict, *, has_dependencies: bool) -> bool:
     return module is not None or has_dependencies
 
 
+# A check runs on the studio's deadline, not the package's own limits (which may allow an hour and 8 GB):
+# importing the module and making the environment get 2/3 of CHECK_DEADLINE_S, the reset the rest.
+CHECK_DEADLINE_S = 30.0
+CHECK_MEMORY_MB = 2048
+
+
+def check_limits(manifest: dict):
+    """The check sandbox's limits: the package's own, within the check's fixed deadline and memory."""
+    from runs.sandbox import SandboxLimits  # noqa: PLC0415
+
+    limits = dict(manifest.get("limits") or {})
+    within = lambda key, default, cap: min(float(limits.get(key) or default), cap)  # noqa: E731
+    return SandboxLimits.from_dict({
+        **limits,
+        "load_timeout_s": within("load_timeout_s", 30, CHECK_DEADLINE_S * 2 / 3),
+        "step_timeout_s": within("step_timeout_s", 10, CHECK_DEADLINE_S / 3),
+        "episode_timeout_s": CHECK_DEADLINE_S,
+        "memory_mb": int(within("memory_mb", 512, CHECK_MEMORY_MB)),
+    })
+
+
 def check_entrypoint(*, files: dict, manifest: dict, tasks: list, python_path, sandbox_python: str) -> EntrypointCheck:
     """Load the entrypoint in a process sandbox and reset it on the first task with seed 0: the plugin
     module is imported (registering its ids) and Gymnasium makes the environment, as a rollout would."""
-    from runs.sandbox import ProcessSandbox, SandboxConfig, SandboxError, SandboxLimits  # noqa: PLC0415
+    from runs.sandbox import ProcessSandbox, SandboxConfig, SandboxError  # noqa: PLC0415
     from runs.sandbox.errors import UserCodeError  # noqa: PLC0415
 
     entrypoint = manifest["entrypoint"]
     module, env_id = package.gymnasium_entrypoint(entrypoint)
-    limits = dict(manifest.get("limits") or {})
-    sandbox_limits = SandboxLimits.from_dict({**limits, "episode_timeout_s": max(60, float(limits.get("step_timeout_s") or 10) * 3)})
+    sandbox_limits = check_limits(manifest)
     config = SandboxConfig(python=sandbox_python, python_path=tuple(str(path) for path in python_path), preload=())
     task = tasks[0] if tasks else {"id": "check"}
     try:

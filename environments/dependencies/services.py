@@ -4,11 +4,12 @@ version's state through these functions."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from studio.errors import DomainError
@@ -83,7 +84,38 @@ def requirement_set_of(files: dict) -> builder.RequirementSet | None:
     return builder.requirement_set(requirements, python=sandbox_python())
 
 
-def entrypoint_check_before_commit(*, files: dict, manifest: dict, tasks: list) -> plugins.EntrypointCheck | None:
+class TooManyChecks(DomainError):
+    status = 429
+
+
+CHECK_LOCK_SPACE = 0x5EC0  # first key of the advisory locks that count a team's running checks
+
+
+@contextlib.contextmanager
+def team_check_slot(*, team_id: int):
+    """One of the team's ENTRYPOINT_CHECKS_PER_TEAM slots for a check sandbox, held while the check
+    runs (PostgreSQL advisory locks: every web process counts the same, and a process that dies lets
+    go); TooManyChecks when all are taken."""
+    slots = max(1, int(settings.ENTRYPOINT_CHECKS_PER_TEAM))
+    with connection.cursor() as cursor:
+        for slot in range(slots):
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [CHECK_LOCK_SPACE + slot, team_id])
+            if cursor.fetchone()[0]:
+                break
+        else:
+            raise TooManyChecks(
+                f"Your team already runs {slots} entrypoint checks at once (ENTRYPOINT_CHECKS_PER_TEAM);"
+                " commit again once one has finished (a check takes at most"
+                f" {plugins.CHECK_DEADLINE_S:g} s).", field="entrypoint",
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [CHECK_LOCK_SPACE + slot, team_id])
+
+
+def entrypoint_check_before_commit(*, team_id: int, files: dict, manifest: dict, tasks: list) -> plugins.EntrypointCheck | None:
     """The entrypoint check, when it can run at commit time: a plugin id of a package without
     dependencies (in the studio's own path), or a checked id whose set is already built on this host.
     None: nothing to check now (the build task checks the version once its set is built)."""
@@ -99,8 +131,9 @@ def entrypoint_check_before_commit(*, files: dict, manifest: dict, tasks: list) 
         ).exists():
             return None
         python_path = (default_sdk_path(), str(site))
-    return plugins.check_entrypoint(files=files, manifest=manifest, tasks=tasks, python_path=python_path,
-                                    sandbox_python=sandbox_python())
+    with team_check_slot(team_id=team_id):
+        return plugins.check_entrypoint(files=files, manifest=manifest, tasks=tasks, python_path=python_path,
+                                        sandbox_python=sandbox_python())
 
 
 def dependency_environment_attach(*, files: dict, content_hash: str, checked: bool) -> DependencyEnvironment | None:
