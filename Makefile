@@ -39,6 +39,7 @@ setup-test: setup $(VENV)/.installed-test
 
 test: setup-test
 	@bash scripts/start_docker.sh || true
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 test-fast: setup-test
