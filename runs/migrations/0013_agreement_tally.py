@@ -3,76 +3,11 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-# One rollout's agreement contribution, from its rollout-level labels (runs.review.selectors.agreement's
-# definitions): each reviewer's latest decision is a rating, judged against the verifier's latest proposal.
-AGREEMENT_SQL = """
-CREATE OR REPLACE FUNCTION runs_agreement_of(rid bigint)
-RETURNS TABLE(reviewed int, tt int, tf int, ft int, ff int, multi int, pairs bigint, agreeing bigint) AS $$
-    WITH labels AS (SELECT * FROM runs_rewardlabel WHERE rollout_id = rid AND step_id IS NULL),
-    verifier AS (
-        SELECT (value IS NOT NULL AND value > 0) AS pass FROM labels WHERE source = 'verifier'
-        ORDER BY created_at DESC, id DESC LIMIT 1
-    ),
-    latest AS (
-        SELECT DISTINCT ON (reviewer_id) decision, value FROM labels WHERE source = 'human'
-        ORDER BY reviewer_id, created_at DESC, id DESC
-    ),
-    rated AS (
-        SELECT v.pass AS v, CASE WHEN l.decision = 'approved' THEN v.pass WHEN l.decision = 'rejected' THEN NOT v.pass
-                                 ELSE (l.value IS NOT NULL AND l.value > 0) END AS h
-        FROM latest l CROSS JOIN verifier v
-    ),
-    agg AS (
-        SELECT count(*)::bigint AS n, count(*) FILTER (WHERE h)::bigint AS p,
-            count(*) FILTER (WHERE v AND h)::int AS tt, count(*) FILTER (WHERE v AND NOT h)::int AS tf,
-            count(*) FILTER (WHERE NOT v AND h)::int AS ft, count(*) FILTER (WHERE NOT v AND NOT h)::int AS ff
-        FROM rated
-    )
-    SELECT (EXISTS (SELECT 1 FROM latest))::int, tt, tf, ft, ff, (n > 1)::int,
-        CASE WHEN n > 1 THEN n * (n - 1) / 2 ELSE 0 END,
-        CASE WHEN n > 1 THEN p * (p - 1) / 2 + (n - p) * (n - p - 1) / 2 ELSE 0 END
-    FROM agg
-$$ LANGUAGE sql VOLATILE;
+from studio.sql import rules_load
 
-CREATE OR REPLACE FUNCTION runs_agreement_label() RETURNS trigger AS $$
-DECLARE
-    run_ bigint;
-    shard_ int := NEW.rollout_id % 8;
-    was runs_agreementtally;
-    now_ record;
-    human int := (NEW.source = 'human')::int;
-BEGIN
-    SELECT run_id INTO run_ FROM runs_rollout WHERE id = NEW.rollout_id;
-    -- Two labels of one rollout at once: the second waits here for the first, then sees its label.
-    INSERT INTO runs_agreementtally (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing)
-    VALUES (run_, NEW.rollout_id, shard_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) ON CONFLICT (rollout_id) DO NOTHING;
-    SELECT * INTO was FROM runs_agreementtally WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    SELECT * INTO now_ FROM runs_agreement_of(NEW.rollout_id);
-    UPDATE runs_agreementtally SET reviewed = now_.reviewed, tt = now_.tt, tf = now_.tf, ft = now_.ft, ff = now_.ff,
-        multi = now_.multi, pairs = now_.pairs, agreeing = now_.agreeing
-    WHERE rollout_id = NEW.rollout_id;
-    INSERT INTO runs_agreementtally AS t (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing)
-    VALUES (run_, NULL, shard_, now_.reviewed - was.reviewed,
-        human * (NEW.decision = 'approved')::int, human * (NEW.decision = 'rejected')::int,
-        human * (NEW.decision = 'overridden')::int, human,
-        now_.tt - was.tt, now_.tf - was.tf, now_.ft - was.ft, now_.ff - was.ff,
-        now_.multi - was.multi, now_.pairs - was.pairs, now_.agreeing - was.agreeing)
-    ON CONFLICT (run_id, shard) WHERE rollout_id IS NULL DO UPDATE SET
-        reviewed = t.reviewed + EXCLUDED.reviewed, approved = t.approved + EXCLUDED.approved,
-        rejected = t.rejected + EXCLUDED.rejected, overridden = t.overridden + EXCLUDED.overridden,
-        decisions = t.decisions + EXCLUDED.decisions, tt = t.tt + EXCLUDED.tt, tf = t.tf + EXCLUDED.tf,
-        ft = t.ft + EXCLUDED.ft, ff = t.ff + EXCLUDED.ff, multi = t.multi + EXCLUDED.multi,
-        pairs = t.pairs + EXCLUDED.pairs, agreeing = t.agreeing + EXCLUDED.agreeing;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER rewardlabel_agreement AFTER INSERT ON runs_rewardlabel
-    FOR EACH ROW WHEN (NEW.step_id IS NULL) EXECUTE FUNCTION runs_agreement_label();
-
--- The labels there already: each rollout's contribution, then each run's totals.
+# AgreementTally and the trigger that keeps it (runs/sql/agreement_tally.sql), then the labels there already:
+# each rollout's contribution, then each run's totals.
+BACKFILL_SQL = """
 INSERT INTO runs_agreementtally (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
     tt, tf, ft, ff, multi, pairs, agreeing)
 SELECT r.run_id, r.id, r.id % 8, a.reviewed, 0, 0, 0, 0, a.tt, a.tf, a.ft, a.ff, a.multi, a.pairs, a.agreeing
@@ -129,5 +64,6 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(condition=models.Q(('rollout__isnull', True)), fields=('run', 'shard'), name='agreement_run_total')],
             },
         ),
-        migrations.RunSQL(AGREEMENT_SQL, AGREEMENT_REVERSE),
+        rules_load("runs/sql/agreement_tally.sql", reverse_sql=AGREEMENT_REVERSE, check_bodies=False),
+        migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

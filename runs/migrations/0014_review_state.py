@@ -3,53 +3,10 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-REVIEW_STATE_SQL = """
-CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
-    INSERT INTO runs_reviewstate AS s (rollout_id, team_id, proposed_reward, has_proposal, deciders, open)
-    SELECT r.id, r.team_id, p.value, p.id IS NOT NULL, d.n,
-        p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1)
-    FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id
-    LEFT JOIN LATERAL (
-        SELECT l.id, l.value FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'verifier'
-        ORDER BY l.created_at DESC, l.id DESC LIMIT 1
-    ) p ON true
-    CROSS JOIN LATERAL (
-        SELECT count(DISTINCT l.reviewer_id)::int AS n FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'human'
-    ) d
-    WHERE r.id = rid
-    ON CONFLICT (rollout_id) DO UPDATE SET proposed_reward = EXCLUDED.proposed_reward,
-        has_proposal = EXCLUDED.has_proposal, deciders = EXCLUDED.deciders, open = EXCLUDED.open
-$$ LANGUAGE sql VOLATILE;
+from studio.sql import rules_load
 
-CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
-BEGIN
-    -- Two labels of one rollout at once: the row lock makes the second recount after the first.
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, open)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, false) ON CONFLICT (rollout_id) DO NOTHING;
-    PERFORM 1 FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    PERFORM runs_review_state_of(NEW.rollout_id);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER rewardlabel_review_state AFTER INSERT ON runs_rewardlabel
-    FOR EACH ROW WHEN (NEW.step_id IS NULL) EXECUTE FUNCTION runs_review_state_label();
-
-CREATE OR REPLACE FUNCTION runs_review_state_forget() RETURNS trigger AS $$
-BEGIN
-    DELETE FROM runs_reviewstate WHERE rollout_id = OLD.id;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER rollout_review_state_forget AFTER DELETE ON runs_rollout
-    FOR EACH ROW EXECUTE FUNCTION runs_review_state_forget();
-
-SELECT runs_review_state_of(r.id) FROM runs_rollout r
-WHERE EXISTS (SELECT 1 FROM runs_rewardlabel l WHERE l.rollout_id = r.id AND l.step_id IS NULL);
-"""
+# ReviewState and the triggers that keep it (runs/sql/review_state.sql). The rollouts labelled already are
+# counted in 0019, once the file's body has the columns it writes.
 REVIEW_STATE_REVERSE = """
 DROP TRIGGER IF EXISTS rewardlabel_review_state ON runs_rewardlabel;
 DROP TRIGGER IF EXISTS rollout_review_state_forget ON runs_rollout;
@@ -81,5 +38,5 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(condition=models.Q(('open', True)), fields=['team', 'rollout'], name='review_state_open')],
             },
         ),
-        migrations.RunSQL(REVIEW_STATE_SQL, REVIEW_STATE_REVERSE),
+        rules_load("runs/sql/review_state.sql", reverse_sql=REVIEW_STATE_REVERSE, check_bodies=False),
     ]

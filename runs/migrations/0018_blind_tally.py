@@ -5,74 +5,14 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-# The agreement trigger (0013) also keeps each rollout's human decisions and deciders in its own row, and
-# BlindTally: a rollout whose review is under way (0 < deciders < K) counts in its run's NULL-reviewer rows
-# and in each of its deciders' rows; a new label takes its old contribution out and puts the new one in.
+from studio.sql import rules_load
+
+# The agreement trigger also keeps each rollout's human decisions and deciders in its own row, and BlindTally
+# (runs/sql/agreement_tally.sql and runs/sql/blind_tally.sql, loaded again here); then the labels there
+# already: each rollout's decisions and deciders, then the tallies of those under way.
 _FIELDS = "reviewed, approved, rejected, overridden, decisions, tt, tf, ft, ff, multi, pairs, agreeing"
-_ADD = ", ".join(f"{f} = b.{f} + EXCLUDED.{f}" for f in _FIELDS.split(", "))
-_SIGNED = ", ".join(f"sign * c.{f}" for f in _FIELDS.split(", "))
 
-BLIND_SQL = f"""
-CREATE OR REPLACE FUNCTION runs_blind_add(run_ bigint, shard_ int, c runs_agreementtally, sign int) RETURNS void AS $$
-    INSERT INTO runs_blindtally AS b (run_id, reviewer_id, shard, {_FIELDS})
-    SELECT run_, who, shard_, {_SIGNED} FROM unnest(array_prepend(NULL::bigint, c.deciders)) AS who
-    ON CONFLICT (run_id, reviewer_id, shard) DO UPDATE SET {_ADD}
-$$ LANGUAGE sql VOLATILE;
-
-CREATE OR REPLACE FUNCTION runs_agreement_label() RETURNS trigger AS $$
-DECLARE
-    run_ bigint;
-    k int;
-    shard_ int := NEW.rollout_id % 8;
-    was runs_agreementtally;
-    now_ record;
-    cur runs_agreementtally;
-    human int := (NEW.source = 'human')::int;
-    deciders_ bigint[];
-BEGIN
-    SELECT r.run_id, greatest(u.reviews_required, 1) INTO run_, k
-    FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id WHERE r.id = NEW.rollout_id;
-    -- Two labels of one rollout at once: the second waits here for the first, then sees its label.
-    INSERT INTO runs_agreementtally (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing, deciders)
-    VALUES (run_, NEW.rollout_id, shard_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '{{}}') ON CONFLICT (rollout_id) DO NOTHING;
-    SELECT * INTO was FROM runs_agreementtally WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    SELECT * INTO now_ FROM runs_agreement_of(NEW.rollout_id);
-    SELECT coalesce(array_agg(DISTINCT l.reviewer_id ORDER BY l.reviewer_id), '{{}}') INTO deciders_
-    FROM runs_rewardlabel l
-    WHERE l.rollout_id = NEW.rollout_id AND l.step_id IS NULL AND l.source = 'human' AND l.reviewer_id IS NOT NULL;
-    UPDATE runs_agreementtally SET reviewed = now_.reviewed, tt = now_.tt, tf = now_.tf, ft = now_.ft, ff = now_.ff,
-        multi = now_.multi, pairs = now_.pairs, agreeing = now_.agreeing,
-        approved = approved + human * coalesce((NEW.decision = 'approved')::int, 0),
-        rejected = rejected + human * coalesce((NEW.decision = 'rejected')::int, 0),
-        overridden = overridden + human * coalesce((NEW.decision = 'overridden')::int, 0),
-        decisions = decisions + human, deciders = deciders_
-    WHERE rollout_id = NEW.rollout_id RETURNING * INTO cur;
-    INSERT INTO runs_agreementtally AS t (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing, deciders)
-    VALUES (run_, NULL, shard_, now_.reviewed - was.reviewed,
-        human * (NEW.decision = 'approved')::int, human * (NEW.decision = 'rejected')::int,
-        human * (NEW.decision = 'overridden')::int, human,
-        now_.tt - was.tt, now_.tf - was.tf, now_.ft - was.ft, now_.ff - was.ff,
-        now_.multi - was.multi, now_.pairs - was.pairs, now_.agreeing - was.agreeing, '{{}}')
-    ON CONFLICT (run_id, shard) WHERE rollout_id IS NULL DO UPDATE SET
-        reviewed = t.reviewed + EXCLUDED.reviewed, approved = t.approved + EXCLUDED.approved,
-        rejected = t.rejected + EXCLUDED.rejected, overridden = t.overridden + EXCLUDED.overridden,
-        decisions = t.decisions + EXCLUDED.decisions, tt = t.tt + EXCLUDED.tt, tf = t.tf + EXCLUDED.tf,
-        ft = t.ft + EXCLUDED.ft, ff = t.ff + EXCLUDED.ff, multi = t.multi + EXCLUDED.multi,
-        pairs = t.pairs + EXCLUDED.pairs, agreeing = t.agreeing + EXCLUDED.agreeing;
-    -- Blind review: the rollout's old contribution out, its new one in, where its review is under way.
-    IF cardinality(was.deciders) > 0 AND cardinality(was.deciders) < k THEN
-        PERFORM runs_blind_add(run_, shard_, was, -1);
-    END IF;
-    IF cardinality(cur.deciders) > 0 AND cardinality(cur.deciders) < k THEN
-        PERFORM runs_blind_add(run_, shard_, cur, 1);
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
--- The labels there already: each rollout's decisions and deciders, then the tallies of those under way.
+BACKFILL_SQL = f"""
 UPDATE runs_agreementtally a SET deciders = d.deciders, approved = d.approved, rejected = d.rejected,
     overridden = d.overridden, decisions = d.decisions
 FROM (
@@ -91,43 +31,7 @@ CROSS JOIN LATERAL unnest(array_prepend(NULL::bigint, a.deciders)) AS w(who)
 WHERE a.rollout_id IS NOT NULL AND cardinality(a.deciders) > 0 AND cardinality(a.deciders) < greatest(u.reviews_required, 1)
 GROUP BY a.run_id, w.who, a.shard;
 """
-# Back to 0013's trigger function (without the per-rollout decisions, deciders and blind tallies).
-BLIND_REVERSE = """
-DROP FUNCTION IF EXISTS runs_blind_add(bigint, int, runs_agreementtally, int);
-CREATE OR REPLACE FUNCTION runs_agreement_label() RETURNS trigger AS $$
-DECLARE
-    run_ bigint;
-    shard_ int := NEW.rollout_id % 8;
-    was runs_agreementtally;
-    now_ record;
-    human int := (NEW.source = 'human')::int;
-BEGIN
-    SELECT run_id INTO run_ FROM runs_rollout WHERE id = NEW.rollout_id;
-    INSERT INTO runs_agreementtally (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing)
-    VALUES (run_, NEW.rollout_id, shard_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) ON CONFLICT (rollout_id) DO NOTHING;
-    SELECT * INTO was FROM runs_agreementtally WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    SELECT * INTO now_ FROM runs_agreement_of(NEW.rollout_id);
-    UPDATE runs_agreementtally SET reviewed = now_.reviewed, tt = now_.tt, tf = now_.tf, ft = now_.ft, ff = now_.ff,
-        multi = now_.multi, pairs = now_.pairs, agreeing = now_.agreeing
-    WHERE rollout_id = NEW.rollout_id;
-    INSERT INTO runs_agreementtally AS t (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing)
-    VALUES (run_, NULL, shard_, now_.reviewed - was.reviewed,
-        human * (NEW.decision = 'approved')::int, human * (NEW.decision = 'rejected')::int,
-        human * (NEW.decision = 'overridden')::int, human,
-        now_.tt - was.tt, now_.tf - was.tf, now_.ft - was.ft, now_.ff - was.ff,
-        now_.multi - was.multi, now_.pairs - was.pairs, now_.agreeing - was.agreeing)
-    ON CONFLICT (run_id, shard) WHERE rollout_id IS NULL DO UPDATE SET
-        reviewed = t.reviewed + EXCLUDED.reviewed, approved = t.approved + EXCLUDED.approved,
-        rejected = t.rejected + EXCLUDED.rejected, overridden = t.overridden + EXCLUDED.overridden,
-        decisions = t.decisions + EXCLUDED.decisions, tt = t.tt + EXCLUDED.tt, tf = t.tf + EXCLUDED.tf,
-        ft = t.ft + EXCLUDED.ft, ff = t.ff + EXCLUDED.ff, multi = t.multi + EXCLUDED.multi,
-        pairs = t.pairs + EXCLUDED.pairs, agreeing = t.agreeing + EXCLUDED.agreeing;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-"""
+BLIND_REVERSE = "DROP FUNCTION IF EXISTS runs_blind_add(bigint, int, runs_agreementtally, int);"
 
 
 class Migration(migrations.Migration):
@@ -167,5 +71,7 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('run', 'reviewer', 'shard'), name='blind_tally_key', nulls_distinct=False)],
             },
         ),
-        migrations.RunSQL(BLIND_SQL, BLIND_REVERSE),
+        rules_load("runs/sql/blind_tally.sql", reverse_sql=BLIND_REVERSE, check_bodies=False),
+        rules_load("runs/sql/agreement_tally.sql", check_bodies=False),
+        migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

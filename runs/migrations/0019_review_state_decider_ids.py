@@ -3,77 +3,13 @@
 import django.contrib.postgres.fields
 from django.db import migrations, models
 
-# The review state also keeps who decided (0014's function, with the ids beside their count).
-REVIEW_STATE_SQL = """
-CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
-    INSERT INTO runs_reviewstate AS s (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open)
-    SELECT r.id, r.team_id, p.value, p.id IS NOT NULL, d.n, d.ids,
-        p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1)
-    FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id
-    LEFT JOIN LATERAL (
-        SELECT l.id, l.value FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'verifier'
-        ORDER BY l.created_at DESC, l.id DESC LIMIT 1
-    ) p ON true
-    CROSS JOIN LATERAL (
-        SELECT count(DISTINCT l.reviewer_id)::int AS n,
-            coalesce(array_agg(DISTINCT l.reviewer_id) FILTER (WHERE l.reviewer_id IS NOT NULL), '{}') AS ids
-        FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'human'
-    ) d
-    WHERE r.id = rid
-    ON CONFLICT (rollout_id) DO UPDATE SET proposed_reward = EXCLUDED.proposed_reward,
-        has_proposal = EXCLUDED.has_proposal, deciders = EXCLUDED.deciders, decider_ids = EXCLUDED.decider_ids,
-        open = EXCLUDED.open
-$$ LANGUAGE sql VOLATILE;
+from studio.sql import rules_load
 
-CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
-BEGIN
-    -- Two labels of one rollout at once: the row lock makes the second recount after the first.
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, '{}', false) ON CONFLICT (rollout_id) DO NOTHING;
-    PERFORM 1 FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    PERFORM runs_review_state_of(NEW.rollout_id);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-UPDATE runs_reviewstate s SET decider_ids = d.ids
-FROM (
-    SELECT rollout_id, array_agg(DISTINCT reviewer_id) AS ids FROM runs_rewardlabel
-    WHERE step_id IS NULL AND source = 'human' AND reviewer_id IS NOT NULL GROUP BY rollout_id
-) d
-WHERE s.rollout_id = d.rollout_id;
-"""
-REVIEW_STATE_REVERSE = """
-CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, open)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, false) ON CONFLICT (rollout_id) DO NOTHING;
-    PERFORM 1 FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    PERFORM runs_review_state_of(NEW.rollout_id);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
-    INSERT INTO runs_reviewstate AS s (rollout_id, team_id, proposed_reward, has_proposal, deciders, open)
-    SELECT r.id, r.team_id, p.value, p.id IS NOT NULL, d.n,
-        p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1)
-    FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id
-    LEFT JOIN LATERAL (
-        SELECT l.id, l.value FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'verifier'
-        ORDER BY l.created_at DESC, l.id DESC LIMIT 1
-    ) p ON true
-    CROSS JOIN LATERAL (
-        SELECT count(DISTINCT l.reviewer_id)::int AS n FROM runs_rewardlabel l
-        WHERE l.rollout_id = r.id AND l.step_id IS NULL AND l.source = 'human'
-    ) d
-    WHERE r.id = rid
-    ON CONFLICT (rollout_id) DO UPDATE SET proposed_reward = EXCLUDED.proposed_reward,
-        has_proposal = EXCLUDED.has_proposal, deciders = EXCLUDED.deciders, open = EXCLUDED.open
-$$ LANGUAGE sql VOLATILE;
+# The review state also keeps who decided (runs/sql/review_state.sql, loaded again here); then every rollout
+# labelled already is counted (0014 created the table and its triggers).
+BACKFILL_SQL = """
+SELECT runs_review_state_of(r.id) FROM runs_rollout r
+WHERE EXISTS (SELECT 1 FROM runs_rewardlabel l WHERE l.rollout_id = r.id AND l.step_id IS NULL);
 """
 
 
@@ -98,5 +34,6 @@ class Migration(migrations.Migration):
             model_name='reviewstate',
             index=models.Index(condition=models.Q(('open', True)), fields=['team', 'rollout'], include=('decider_ids',), name='review_state_open_by'),
         ),
-        migrations.RunSQL(REVIEW_STATE_SQL, REVIEW_STATE_REVERSE),
+        rules_load("runs/sql/review_state.sql", check_bodies=False),
+        migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

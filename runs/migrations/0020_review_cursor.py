@@ -5,43 +5,10 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-# runs.review.selectors.CURSOR_LOCK: a cursor is moved under the exclusive lock of its team, and a rollout
-# that opens takes the shared one before it joins the holes of the cursors past it, so no cursor moves past
-# an opening it could not see.
-CURSOR_LOCK = 0x7EA2
+from studio.sql import rules_load
 
-CURSOR_SQL = f"""
-CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
-DECLARE
-    was_open boolean;
-    now_open boolean;
-BEGIN
-    -- Two labels of one rollout at once: the row lock makes the second recount after the first.
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, '{{}}', false) ON CONFLICT (rollout_id) DO NOTHING;
-    SELECT open INTO was_open FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    PERFORM runs_review_state_of(NEW.rollout_id);
-    SELECT open INTO now_open FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id;
-    IF now_open AND NOT was_open THEN
-        PERFORM pg_advisory_xact_lock_shared({CURSOR_LOCK}, NEW.team_id::integer);
-        UPDATE runs_reviewcursor SET holes = array_append(holes, NEW.rollout_id)
-        WHERE team_id = NEW.team_id AND below > NEW.rollout_id AND NOT (NEW.rollout_id = ANY(holes));
-    END IF;
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-"""
-CURSOR_REVERSE = """
-CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
-BEGIN
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, '{}', false) ON CONFLICT (rollout_id) DO NOTHING;
-    PERFORM 1 FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    PERFORM runs_review_state_of(NEW.rollout_id);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-"""
+# A rollout that opens joins the holes of the review cursors past it (runs/sql/review_state.sql, loaded again
+# here), under runs.review.selectors.CURSOR_LOCK, so no cursor moves past an opening it could not see.
 
 
 class Migration(migrations.Migration):
@@ -66,5 +33,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('team', 'reviewer'), name='one_review_cursor')],
             },
         ),
-        migrations.RunSQL(CURSOR_SQL, CURSOR_REVERSE),
+        rules_load("runs/sql/review_state.sql", check_bodies=False),
     ]
