@@ -173,7 +173,7 @@ class Rollout(models.Model):
 
 class RunTally(models.Model):
     """What a run's figures add up, per task, kept by a database trigger on every rollout change
-    (migration 0011): so a run page or list costs the number of tasks, not of rollouts. Each task has
+    (runs/sql/run_tally.sql): so a run page or list costs the number of tasks, not of rollouts. Each task has
     TALLY_SHARDS rows (by rollout id) so workers finishing rollouts of one task don't queue on one row.
     Read only through runs.figures; never written by Python."""
 
@@ -203,7 +203,7 @@ TALLY_SHARDS = 8
 
 class ReviewState(models.Model):
     """Where a rollout stands in review, kept by a database trigger on every new rollout-level label
-    (migration 0014): the verifier's latest proposal, how many distinct reviewers decided it, and whether
+    (runs/sql/review_state.sql): the verifier's latest proposal, how many distinct reviewers decided it, and whether
     it still waits for reviews (a proposal and fewer deciders than its run's reviews_required). The review
     queue reads the open ones through a partial index, so a page costs its page. Never written by Python."""
 
@@ -213,7 +213,7 @@ class ReviewState(models.Model):
     proposed_reward = models.FloatField(null=True)
     has_proposal = models.BooleanField(default=False)
     deciders = models.IntegerField(default=0)
-    decider_ids = ArrayField(models.BigIntegerField(), default=list)  # who decided (migration 0019)
+    decider_ids = ArrayField(models.BigIntegerField(), default=list)  # who decided
     open = models.BooleanField(default=False)
 
     class Meta:
@@ -230,7 +230,7 @@ class ReviewCursor(models.Model):
     rollout id below `below`, other than the few in `holes`, was decided by the reviewer. Their queue is
     the holes and the open states from `below` on, so a page costs the page, not the rollouts they decided
     that still wait for other reviewers. Moved forward by the queue reads (under an advisory lock of the
-    team); a rollout that opens behind a cursor joins its holes (the review state trigger, migration 0020)."""
+    team); a rollout that opens behind a cursor joins its holes (the review state trigger, runs/sql/review_state.sql)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -263,10 +263,10 @@ class AgreementCounts(models.Model):
 
 class AgreementTally(AgreementCounts):
     """What a run's agreement figures add up (runs.review.selectors.agreement), kept by a database
-    trigger on every new rollout-level label (migration 0013), like RunTally: `rollout_id` NULL rows are a
+    trigger on every new rollout-level label (runs/sql/agreement_tally.sql), like RunTally: `rollout_id` NULL rows are a
     run's totals (TALLY_SHARDS of them), the others each rollout's own contribution, so a new label
     replaces its rollout's old contribution in the run's totals. A rollout's row also holds its human
-    decisions (approved ... decisions) and who decided it (`deciders`), for BlindTally (migration 0018).
+    decisions (approved ... decisions) and who decided it (`deciders`), for BlindTally (runs/sql/blind_tally.sql).
     Read only through that selector."""
 
     run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
@@ -282,10 +282,10 @@ class AgreementTally(AgreementCounts):
 
 class BlindTally(AgreementCounts):
     """What blind review takes out of a run's agreement figures for a reviewer who owes reviews, kept by
-    the agreement trigger (migration 0018). Over the run's rollouts whose review is under way (some, but
-    fewer than reviews_required, humans decided): `reviewer` NULL rows sum their contributions (as
-    AgreementTally's rollout rows hold them), a reviewer's rows sum those of the ones that reviewer
-    decided. A reviewer owes exactly the under-way rollouts they did not decide, so what is hidden from
+    the agreement trigger (runs/sql/agreement_tally.sql, blind_tally.sql). Over the run's rollouts whose
+    review is under way (some, but fewer than reviews_required, humans decided): `reviewer` NULL rows sum
+    their contributions (as AgreementTally's rollout rows hold them), a reviewer's rows sum those of the
+    ones that reviewer decided. A reviewer owes exactly the under-way rollouts they did not decide, so what is hidden from
     them is the first less the second: a fixed number of rows, however many rollouts are under way.
     Read only through runs.review.selectors.agreement."""
 

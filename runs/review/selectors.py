@@ -73,7 +73,7 @@ def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
 
 
 CURSOR_HOLES = 100  # a cursor keeps at most this many holes
-CURSOR_LOCK = 0x7EA2  # pg_advisory_xact_lock(class, team id); migration 0020's trigger takes it shared
+CURSOR_LOCK = 0x7EA2  # pg_advisory_xact_lock(class, team id); runs/sql/review_state.sql takes it shared
 
 
 _CURSOR_UPSERT = f"""
@@ -87,7 +87,7 @@ def queue_cursor(*, team, reviewer) -> tuple[int, list[int]]:
     """The reviewer's cursor (ReviewCursor: `below` and `holes`), moved past what they decided since.
 
     Under the team's exclusive advisory lock: a rollout that opens meanwhile waits for the move to commit,
-    then joins the holes of the cursors past it (migration 0020), so a move never skips an opening it could
+    then joins the holes of the cursors past it (runs/sql/review_state.sql), so a move never skips an opening it could
     not see. The move keeps the holes that still wait for the reviewer, then takes the next undecided open
     states from `below` on as holes up to CURSOR_HOLES; `below` stops at the first one that does not fit
     (or past the last open state). Each decided state is passed over by one move, not by every read.
@@ -291,7 +291,7 @@ WHERE r.run_id IN ({runs}) GROUP BY tag
 """
 
 
-# What blind review hides from a viewer (BlindTally, migration 0018): over the rollouts whose review is under
+# What blind review hides from a viewer (BlindTally, runs/sql/blind_tally.sql): over the rollouts whose review is under
 # way, all of them less the ones the viewer decided, in the runs of teams where the viewer may review.
 _BLIND_FIELDS = tuple(f.name for f in AgreementCounts._meta.fields)  # the counters both tallies keep
 _BLIND_SQL = """
@@ -310,10 +310,10 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
     Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
-    Read from the tallies a database trigger keeps as labels are added (AgreementTally, migration 0013):
+    Read from the tallies a database trigger keeps as labels are added (AgreementTally, runs/sql/agreement_tally.sql):
     a fixed number of rows per run, however many rollouts and labels it has. With a `viewer`, human
     decisions on rollouts they still owe a review are left out (blind review, rollouts_owed_by's rule):
-    what those rollouts contribute is taken back out, read from BlindTally (migration 0018), again a
+    what those rollouts contribute is taken back out, read from BlindTally (runs/sql/blind_tally.sql), again a
     fixed number of rows however many rollouts the viewer owes.
     """
 
