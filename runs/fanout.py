@@ -122,7 +122,13 @@ class RunViewer:
             await asyncio.sleep(max(0.0, self.summary_sent_at + SUMMARY_EVERY_S - time.monotonic()))
             wanted_at, self.summary_wanted = self.summary_wanted, 0.0
             self.summary_sent_at = time.monotonic()
-            self.push(await run_fanout().summary_text(self.run_id, wanted_at))
+            try:
+                text = await run_fanout().summary_text(self.run_id, wanted_at)
+            except Exception:  # noqa: BLE001 - the database was busy or away: the summary is still owed
+                logger.warning("could not read the summary of run %s; trying again", self.run_id, exc_info=True)
+                self.summary_wanted = self.summary_wanted or wanted_at
+                continue
+            self.push(text)
 
 
 class GroupFanout:

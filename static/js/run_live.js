@@ -109,7 +109,11 @@
     if (["queued", "running"].includes(status)) return;
     document.querySelectorAll("[data-live-only]").forEach((node) => node.remove());
     if (!Number(pending)) finish();
+    // Ended with rollouts still stopping: the stream brings their ends, and a re-read every few
+    // seconds makes sure the page comes to rest on what a reload shows even if a message is lost.
+    else if (!settling) settling = setInterval(() => { if (done) { clearInterval(settling); settling = null; } else reconcile(); }, 3000);
   }
+  let settling = null;
 
   function applyStatus(m) {
     const row = document.getElementById(`rollout-${m.rollout_id}`);
@@ -213,6 +217,7 @@
     streamState(true);
     if (socket) socket.close();
     if (poller) { clearInterval(poller); poller = null; }
+    if (settling) { clearInterval(settling); settling = null; }
     const panel = document.getElementById("live-steps");
     if (panel) panel.hidden = true;
     reconcile();
