@@ -4,7 +4,7 @@ from ninja import File, Form, Router, Status
 from ninja.errors import HttpError
 from ninja.files import UploadedFile
 
-from studio.api import require
+from studio.auth import require
 
 from . import package, selectors, services
 from .dependencies import services as dependency_services

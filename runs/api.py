@@ -4,7 +4,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Status
 
 from environments.selectors import version_by_label, without_version_content
-from studio.api import require
+from studio.auth import require
 from studio.inputs import BIGINT_MAX
 
 from . import figures, selectors, services

@@ -1,29 +1,10 @@
 """The project's one NinjaAPI: bearer-token auth, error handlers, and each app's router."""
 from django.http import Http404
 from ninja import NinjaAPI
-from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import HttpBearer
+from ninja.errors import AuthenticationError, ValidationError
 
 from .errors import DomainError
-from .models import Membership
-from .services import token_authenticate
-
-
-class TokenAuth(HttpBearer):
-    def authenticate(self, request, token):
-        api_token = token_authenticate(token)
-        if api_token is None:
-            return None
-        request.team = api_token.team
-        request.membership = Membership.objects.get(team=api_token.team, user=api_token.user)
-        request.user = api_token.user
-        return api_token
-
-
-def require(request, permission: str) -> None:
-    """Refuse with 403 when the token's member lacks the permission."""
-    if not request.membership.can(permission):
-        raise HttpError(403, f"Your role ({request.membership.role}) cannot do this.")
+from .auth import TokenAuth
 
 
 api = NinjaAPI(

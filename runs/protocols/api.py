@@ -4,7 +4,7 @@ from typing import Any
 from ninja import Router, Schema
 
 from environments.selectors import environment_get, version_get
-from studio.api import require
+from studio.auth import require
 
 from . import keys, spaces
 

@@ -2,7 +2,7 @@
 from ninja import Router, Status
 
 from environments.selectors import version_by_label
-from studio.api import require
+from studio.auth import require
 from studio.errors import DomainError
 
 from ..seeds import parse_seeds

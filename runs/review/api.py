@@ -7,7 +7,7 @@ from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema, Status
 
 from environments.selectors import environment_get, version_get
-from studio.api import require
+from studio.auth import require
 from studio.inputs import BIGINT_MAX
 
 from ..models import Rollout, Run, Step

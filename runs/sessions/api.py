@@ -7,7 +7,7 @@ from ninja import Router, Status
 from ninja.security import HttpBearer
 
 from environments.selectors import version_by_label
-from studio.api import TokenAuth, require
+from studio.auth import TokenAuth, require
 
 from . import services
 from ..episodes.interactive import open_episodes_of

@@ -17,8 +17,6 @@ from studio.db_threads import in_pool
 from studio.errors import DomainError
 from studio.inputs import InputProblem, json_parse
 
-import studio.api  # noqa: F401 - the project API first (its routers import this package)
-
 from ..episodes import interactive
 from . import services
 from .api import step_auth
