@@ -10,7 +10,7 @@ with `websockets` clients authenticated by an API token.
 1. Latency: one viewer of one rollout; `--steps` steps published one at a time, 2 ms apart, each with
    its publish time in `info`; median and p95 of publish → arrival (target: p95 under 50 ms).
 2. Fan-out: `--viewers` viewers of one run of `--rollouts` rollouts; every rollout publishes
-   `--fanout-steps` steps, one every 5 ms, in the engine's batches (runs.engine's flush rule); counts every
+   `--fanout-steps` steps, one every 5 ms, in the engine's batches (runs.episodes.engine's flush rule); counts every
    (rollout, index) each viewer gets (all, exactly once) and the worst lag of any step at any viewer
    (target: under 1 s).
 

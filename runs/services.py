@@ -1,19 +1,12 @@
-"""State changes of agents, runs and rollouts: create, enqueue, claim, finish, cancel, recover, rerun.
-
-Pages, the API, the CLI and the Celery task all call these; permission checks happen at the edge.
+"""State changes of agents and runs as people ask for them: create an agent or a run, cancel it, rerun
+a rollout. Pages, the API and the CLI call these; permission checks happen at the edge. What a worker
+does with a rollout (claim, execute, recover, requeue, finish) is runs/episodes/worker.py and status.py.
 """
 import logging
 import math
-import os
-import socket
-import threading
-from datetime import timedelta
 
-from django.conf import settings
-from django.db import IntegrityError, connection, reset_queries, transaction
-from django.db.models.signals import post_save
+from django.db import IntegrityError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerUnreachable
 
 from environments.package import LIMIT_MAXIMA, MEMORY_MB_RANGE
 from environments.dependencies.services import ensure_version_runnable
@@ -23,22 +16,19 @@ from studio.storage_quota import storage_quota_check
 from . import events
 from .agents import code_hash
 from .episodes.setup import RUN_LIMIT_KEYS
+from .episodes.status import rollouts_send_on_commit, run_ended
 from .models import (
-    INFRA_ERROR,
     Agent,
     AgentKind,
     Rollout,
     RolloutStatus,
     Run,
     RunStatus,
-    RunTally,
-    Step,
 )
 
 logger = logging.getLogger(__name__)
 
 MAX_ROLLOUTS_PER_RUN = 10_000
-MAX_ATTEMPTS = 3
 RUNNABLE_AGENT_KINDS = (AgentKind.RANDOM, AgentKind.SCRIPTED, AgentKind.OPENAI)
 
 
@@ -48,12 +38,6 @@ class InvalidRun(DomainError):
 
 class InvalidAgent(DomainError):
     pass
-
-
-def stale_after_s() -> float:
-    """How long a running rollout may go without a heartbeat before its worker is presumed dead."""
-    value = getattr(settings, "ROLLOUT_STALE_AFTER_S", None) or os.environ.get("ROLLOUT_STALE_AFTER_S") or 30
-    return float(value)
 
 
 # -- agents ---------------------------------------------------------------------------------------
@@ -226,25 +210,8 @@ def run_create(
             batch_size=2000,
         )
         if enqueue:
-            _enqueue_on_commit([rollout.pk for rollout in rollouts])
+            rollouts_send_on_commit([rollout.pk for rollout in rollouts])
     return run
-
-
-def _enqueue_on_commit(rollout_ids: list[int]) -> None:
-    if not rollout_ids:
-        return
-    from .tasks import execute_rollout
-
-    def send():
-        try:
-            for rollout_id in rollout_ids:
-                execute_rollout.delay(rollout_id)
-        except BrokerUnreachable:
-            # The broker is down (Redis restarting): the rollouts stay queued, and the workers'
-            # recovery sends them once it is back (requeue_lost_rollouts), so the caller goes on.
-            logger.warning("could not enqueue rollouts %s: the broker is unreachable", rollout_ids, exc_info=True)
-
-    transaction.on_commit(send)
 
 
 def run_cancel(*, run: Run, actor) -> Run:
@@ -270,335 +237,13 @@ def run_cancel(*, run: Run, actor) -> Run:
         )
 
     def announce():
-        events.publish_run(run)
+        run_ended(run=run)
         cancelled = Rollout.objects.filter(run=run, status=RolloutStatus.CANCELLED, finished_at=now)
         for rollout in cancelled.iterator():
             events.publish_rollout(rollout)
 
     transaction.on_commit(announce)
     return run
-
-
-_RUN_STARTED_SQL = f"""
-    UPDATE {Run._meta.db_table} SET status = %s WHERE id = %s AND status = %s RETURNING id
-"""
-# A run ends when its tally (kept by a trigger as rollouts change, migration 0011) counts nothing queued
-# or running. No lock: this runs after the rollout's own write committed, so of two rollouts ending
-# together the later check sees both ended.
-_RUN_FINISHED_SQL = f"""
-    UPDATE {Run._meta.db_table} SET status = %s, finished_at = now()
-    WHERE id = %s AND status IN (%s, %s)
-        AND NOT EXISTS (SELECT 1 FROM {RunTally._meta.db_table} WHERE run_id = %s AND (n_queued > 0 OR n_running > 0))
-    RETURNING id
-"""
-
-
-def run_mark_started(*, run_id: int) -> None:
-    """A rollout of a queued run started: the run is running (one statement; no lock once it is)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_RUN_STARTED_SQL, [RunStatus.RUNNING, run_id, RunStatus.QUEUED])
-        started = cursor.fetchone() is not None
-    if started:
-        events.publish_run(Run(pk=run_id, status=RunStatus.RUNNING))
-
-
-_TEAM_UNPARK_SQL = "SELECT runs_team_unpark(%s, %s, %s)"
-_ROLLOUT_ENDED_SQL = f"""
-    WITH finished AS ({_RUN_FINISHED_SQL})
-    SELECT (SELECT count(*) FROM finished), ARRAY({_TEAM_UNPARK_SQL})
-"""
-
-
-def team_slots_freed(*, team_id: int) -> list[int]:
-    """The team may run more rollouts now: its parked ones that fit under its cap are enqueued again."""
-    with connection.cursor() as cursor:
-        cursor.execute(_TEAM_UNPARK_SQL, [team_id, team_running_cap(), _TEAM_CAP_LOCK])
-        unparked = [row[0] for row in cursor.fetchall()]
-    _enqueue_on_commit(unparked)
-    return unparked
-
-
-def teams_unpark_all() -> list[int]:
-    """Every team's parked rollouts that fit under its cap, enqueued (recovery's safety net: a cap
-    raised or turned off, or a worker that died between unparking and enqueueing)."""
-    teams = set(Rollout.objects.filter(parked=True, status=RolloutStatus.QUEUED).values_list("team_id", flat=True))
-    return [rollout_id for team_id in sorted(teams) for rollout_id in team_slots_freed(team_id=team_id)]
-
-
-def run_finish_if_done(*, run_id: int, team_id: int) -> None:
-    """A rollout of the run ended: the run is finished once none is queued or running, and the team's
-    parked rollouts that now fit under its cap are enqueued (one statement for both)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_ROLLOUT_ENDED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id,
-                                            team_id, team_running_cap(), _TEAM_CAP_LOCK])
-        finished, unparked = cursor.fetchone()
-    _enqueue_on_commit(unparked)
-    if finished:
-        run = Run.objects.get(pk=run_id)
-        # What Run.save() would have told its listeners (the quality app completes an audit's run).
-        post_save.send(sender=Run, instance=run, created=False, update_fields=frozenset({"status", "finished_at"}),
-                       raw=False, using=connection.alias)
-        events.publish_run(run)
-
-
-# -- executing one rollout ------------------------------------------------------------------------
-
-
-def worker_identity() -> str:
-    """host:pid:thread of this execution, so a redelivery can tell a dead owner from a live one."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-
-
-def _owner_is_dead(rollout: Rollout, *, now=None, stale_s: float | None = None) -> bool:
-    now = now or timezone.now()
-    stale_s = stale_after_s() if stale_s is None else stale_s
-    if rollout.heartbeat_at is None or now - rollout.heartbeat_at > timedelta(seconds=stale_s):
-        return True
-    host, _, rest = rollout.worker.partition(":")
-    pid_text, _, thread_text = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False  # another machine: only its heartbeat can tell
-    pid = int(pid_text)
-    if pid == os.getpid():
-        # This very process: alive only if another thread of it is running the rollout now.
-        return thread_text == str(threading.get_ident())
-    return not _pid_alive(pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    """A killed worker stays a zombie until init reaps it (seconds here): count that as dead."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rpartition(b")")[2].split()[0]
-        return state not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-
-_TEAM_CAP_LOCK = 0x7EA1  # pg_advisory_xact_lock(class, team id): claims of one team count one at a time
-
-
-def team_running_cap() -> int:
-    """settings.TEAM_MAX_RUNNING_ROLLOUTS: how many worker rollouts one team may run at once (0: no cap;
-    "auto": this worker's concurrency minus one, at least 1, so another team always finds a slot)."""
-    value = settings.TEAM_MAX_RUNNING_ROLLOUTS
-    if value == "auto":
-        from studio.celery import worker_slots
-
-        return max(1, worker_slots() - 1)
-    return int(value or 0)
-
-
-def _team_at_cap(team_id: int) -> bool:
-    cap = team_running_cap()
-    if not cap:
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_TEAM_CAP_LOCK, team_id])
-    running = Rollout.objects.filter(team_id=team_id, status=RolloutStatus.RUNNING).exclude(
-        run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN]
-    ).count()
-    return running >= cap
-
-
-class _Claim:
-    def __init__(self, rollout=None, *, skip: str = "", later_s: float = 0.0, parked_team: int | None = None):
-        self.rollout, self.skip, self.later_s, self.parked_team = rollout, skip, later_s, parked_team
-
-
-def _rollout_claim(rollout_id: int) -> _Claim:
-    with transaction.atomic():
-        # Lock the rollout row only (`of=self`): locking the joined run row too made a claim and a
-        # cancel (run first, then its rollouts) wait on each other, a deadlock PostgreSQL broke by
-        # killing one. A cancel committed after this read is seen at the episode's cancel checks.
-        rollout = Rollout.objects.select_for_update(of=("self",)).select_related("run").filter(pk=rollout_id).first()
-        if rollout is None:
-            return _Claim(skip="no such rollout")
-        if rollout.is_finished:
-            return _Claim(skip=f"already {rollout.status}")
-        now = timezone.now()
-        if rollout.status == RolloutStatus.RUNNING:
-            if not _owner_is_dead(rollout, now=now):
-                return _Claim(skip=f"running on {rollout.worker}", later_s=stale_after_s())
-            logger.warning("rollout %s: worker %s is gone (attempt %s); taking over", rollout.pk, rollout.worker, rollout.attempts)
-        if rollout.run.status == RunStatus.CANCELLED:
-            _finish_unstarted(rollout, RolloutStatus.CANCELLED, "cancelled before it started", "cancelled")
-            return _Claim(skip="cancelled")
-        if rollout.attempts >= MAX_ATTEMPTS:
-            _finish_unstarted(
-                rollout, RolloutStatus.ERRORED,
-                f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
-                INFRA_ERROR,
-            )
-            return _Claim(skip="too many attempts")
-        if rollout.status == RolloutStatus.QUEUED and _team_at_cap(rollout.team_id):
-            # The worker slot goes to the next message (another team's, perhaps); this one is parked
-            # until a rollout of its team ends (no message circles through the broker meanwhile).
-            Rollout.objects.filter(pk=rollout.pk).update(parked=True)
-            return _Claim(skip="its team is at its cap of running rollouts", parked_team=rollout.team_id)
-        # Episodes are deterministic by seed: a restarted attempt replays from step 0.
-        Step.objects.filter(rollout=rollout).delete()
-        rollout.status, rollout.parked = RolloutStatus.RUNNING, False
-        rollout.attempts += 1
-        rollout.worker = worker_identity()
-        rollout.heartbeat_at = rollout.started_at = now
-        rollout.finished_at = None
-        rollout.step_count, rollout.total_reward = 0, 0.0
-        rollout.error = rollout.verifier_error = rollout.verifier_reason = rollout.end_reason = ""
-        rollout.verifier_reward = None
-        rollout.save()
-    rollout_status_changed(rollout)
-    return _Claim(rollout)
-
-
-def _finish_unstarted(rollout: Rollout, status: str, error: str, end_reason: str) -> None:
-    rollout.status, rollout.error, rollout.end_reason, rollout.finished_at = status, error, end_reason, timezone.now()
-    rollout.save(update_fields=["status", "error", "end_reason", "finished_at"])
-    rollout_status_changed(rollout)
-
-
-def rollout_status_changed(rollout: Rollout) -> None:
-    """After the transaction commits: publish the rollout's new status and update its run's."""
-    def after():
-        events.publish_rollout(rollout)
-        if rollout.status == RolloutStatus.RUNNING:
-            run_mark_started(run_id=rollout.run_id)
-        elif rollout.is_finished:
-            run_finish_if_done(run_id=rollout.run_id, team_id=rollout.team_id)
-
-    transaction.on_commit(after)
-
-
-def rollout_claim_queued(*, rollout_id: int) -> Rollout | None:
-    """The common claim in one statement: a rollout still queued for its first attempt, of a run not
-    cancelled, whose team is under its cap, becomes running (no row but the rollout's is locked).
-    Returns it loaded for its episode, or None when anything else holds (`_rollout_claim` decides)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT rollout_id, run_status FROM runs_rollout_claim(%s, %s, %s, %s)",
-                       [rollout_id, worker_identity(), team_running_cap(), _TEAM_CAP_LOCK])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    rollout = _rollout_for_episode(rollout_id)
-
-    def after():
-        events.publish_rollout(rollout)
-        if row[1] == RunStatus.QUEUED:
-            run_mark_started(run_id=rollout.run_id)
-
-    transaction.on_commit(after)  # at once, unless a caller's transaction holds the claim
-    return rollout
-
-
-def _rollout_for_episode(rollout_id: int) -> Rollout:
-    return Rollout.objects.select_related("team", "run__environment_version__environment", "run__agent").get(pk=rollout_id)
-
-
-def rollout_execute(*, rollout_id: int) -> str:
-    """Claim the rollout, play its episode, store the outcome. Idempotent: a finished rollout, or one
-    a live worker is running, is left alone; one whose worker died is restarted (at most MAX_ATTEMPTS)."""
-    # With DEBUG on, Django keeps every query (a step batch is a large one) until a request starts;
-    # a worker has no requests, so drop them per rollout to keep its memory flat.
-    reset_queries()
-    rollout = rollout_claim_queued(rollout_id=rollout_id)
-    if rollout is None:
-        claim = _rollout_claim(rollout_id)
-        if claim.parked_team is not None:
-            # A rollout of the team may have ended between the count and the park: look again.
-            team_slots_freed(team_id=claim.parked_team)
-        if claim.rollout is None:
-            if claim.later_s:
-                # Look again once the owner would have gone stale: never leave it running forever.
-                from .tasks import execute_rollout
-
-                execute_rollout.apply_async((rollout_id,), countdown=claim.later_s)
-            return claim.skip
-        rollout = _rollout_for_episode(claim.rollout.pk)
-    from .engine import run_episode
-    from .episodes import LostOwnership, rollout_end
-
-    try:
-        return run_episode(rollout)
-    except LostOwnership as exc:
-        logger.warning("%s", exc)
-        return "lost ownership"
-    except Exception as exc:  # noqa: BLE001 - a bug of ours must not leave the rollout running
-        logger.exception("rollout %s failed in the worker", rollout.pk)
-        rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=f"internal error in the worker: {exc!r}", end_reason=INFRA_ERROR)
-        return RolloutStatus.ERRORED
-
-
-def recover_stale_rollouts(*, stale_s: float | None = None) -> list[tuple[int, str]]:
-    """Running rollouts whose worker is gone go back to the queue (or end errored after MAX_ATTEMPTS).
-
-    Called when a worker starts and safe to call any time; returns [(rollout id, what was done)].
-    """
-    done = []
-    now = timezone.now()
-    # Interactive episodes (plays, remote sessions) are held by episode hosts: end_orphaned_episodes ends theirs.
-    candidates = Rollout.objects.filter(status=RolloutStatus.RUNNING).exclude(
-        run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN]
-    ).values_list("pk", flat=True)
-    for rollout_id in candidates:
-        with transaction.atomic():
-            rollout = Rollout.objects.select_for_update(skip_locked=True).select_related("run").filter(
-                pk=rollout_id, status=RolloutStatus.RUNNING
-            ).first()
-            if rollout is None or not _owner_is_dead(rollout, now=now, stale_s=stale_s):
-                continue
-            if rollout.run.status == RunStatus.CANCELLED:
-                _finish_unstarted(rollout, RolloutStatus.CANCELLED, "cancelled; its worker had died", "cancelled")
-                done.append((rollout.pk, "cancelled"))
-            elif rollout.attempts >= MAX_ATTEMPTS:
-                _finish_unstarted(
-                    rollout, RolloutStatus.ERRORED,
-                    f"the worker running this rollout died {rollout.attempts} times (last: {rollout.worker}); giving up",
-                    INFRA_ERROR,
-                )
-                done.append((rollout.pk, "errored"))
-            else:
-                rollout.status, rollout.worker = RolloutStatus.QUEUED, ""
-                rollout.save(update_fields=["status", "worker"])
-                _enqueue_on_commit([rollout.pk])
-                done.append((rollout.pk, "requeued"))
-    return done
-
-
-def lost_grace_s() -> float:
-    """How long a queued rollout's task may take to reach the broker before it counts as lost."""
-    value = getattr(settings, "ROLLOUT_LOST_GRACE_S", None) or os.environ.get("ROLLOUT_LOST_GRACE_S") or 30
-    return float(value)
-
-
-def requeue_lost_rollouts(*, in_broker, grace_s: float | None = None) -> list[int]:
-    """Queued rollouts whose task the broker no longer holds (Redis lost and restarted empty) are
-    enqueued again; those it holds are left alone, so nothing is enqueued twice. `in_broker()` gives
-    the rollout ids the broker holds, read after the candidates so a task sent in between is seen.
-    Rollouts queued less than `grace_s` ago may still be on their way to the broker and wait."""
-    cutoff = timezone.now() - timedelta(seconds=lost_grace_s() if grace_s is None else grace_s)
-    candidates = set(
-        Rollout.objects.filter(status=RolloutStatus.QUEUED, created_at__lt=cutoff, parked=False)
-        .exclude(run__status=RunStatus.CANCELLED)
-        .exclude(run__agent__kind__in=[AgentKind.REMOTE, AgentKind.HUMAN])
-        .values_list("pk", flat=True)
-    )
-    if not candidates:
-        return []
-    lost = sorted(candidates - in_broker())
-    if lost:
-        from .tasks import execute_rollout
-
-        for rollout_id in lost:
-            execute_rollout.delay(rollout_id)
-    return lost
 
 
 # -- reruns ---------------------------------------------------------------------------------------
@@ -618,5 +263,5 @@ def rollout_rerun(*, rollout: Rollout, actor) -> Rollout:
             team_id=rollout.team_id, run=run, task_id=rollout.task_id, seed=rollout.seed,
             repeat=rollout.repeat, rerun_of=rollout,
         )
-        _enqueue_on_commit([rerun.pk])
+        rollouts_send_on_commit([rerun.pk])
     return rerun

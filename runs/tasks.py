@@ -1,4 +1,4 @@
-"""Celery tasks of the runs app: thin, id-taking, idempotent wrappers around services.
+"""Celery tasks of the runs app: thin, id-taking, idempotent wrappers around the rollout lifecycle (runs/episodes/worker.py).
 
 `execute_rollout` is acknowledged late: a worker that dies mid-rollout leaves the message to be
 redelivered, and the service decides whether to restart, wait, or give up.
@@ -12,21 +12,25 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.db import connections
 
-from . import services
+from .episodes import worker
+from .episodes.host import end_orphaned_episodes
+from .quality import tasks as quality_tasks  # noqa: F401 - the worker registers the quality lab's tasks too
+from .episodes.status import EXECUTE_ROLLOUT, stale_after_s, teams_unpark_all
+from .sandbox.process import sweep_stale_sandboxes
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(name=EXECUTE_ROLLOUT, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def execute_rollout(rollout_id: int) -> str:
     """Run one rollout to its end. Safe to deliver twice: finished or live-owned rollouts are skipped."""
     # Celery's Django fix-up closes stale database connections around every task.
-    return services.rollout_execute(rollout_id=rollout_id)
+    return worker.rollout_execute(rollout_id=rollout_id)
 
 
 @shared_task(ignore_result=True)
 def recover_stale_rollouts() -> int:
-    return len(services.recover_stale_rollouts())
+    return len(worker.recover_stale_rollouts())
 
 
 def rollouts_in_broker() -> set[int]:
@@ -60,16 +64,14 @@ def rollouts_in_broker() -> set[int]:
 
 
 def _recover(when: str) -> None:
-    from .episodes.host import end_orphaned_episodes
-
     try:
-        recovered = services.recover_stale_rollouts()
+        recovered = worker.recover_stale_rollouts()
         if recovered:
             logger.warning("recovered stale rollouts %s: %s", when, recovered)
-        requeued = services.requeue_lost_rollouts(in_broker=rollouts_in_broker)
+        requeued = worker.requeue_lost_rollouts(in_broker=rollouts_in_broker)
         if requeued:
             logger.warning("re-enqueued queued rollouts the broker had lost %s: %s", when, requeued)
-        unparked = services.teams_unpark_all()
+        unparked = teams_unpark_all()
         if unparked:
             logger.info("sent parked rollouts whose team has a free slot again %s: %s", when, unparked)
         ended = end_orphaned_episodes()
@@ -85,7 +87,7 @@ def _recover(when: str) -> None:
 def _recover_periodically(stop: threading.Event) -> None:
     # A worker that dies while no other worker starts would otherwise leave its rollouts running
     # until the broker's visibility timeout (an hour) redelivers them.
-    interval = max(services.stale_after_s(), 5.0)
+    interval = max(stale_after_s(), 5.0)
     while not stop.wait(interval):
         _recover("periodically")
 
@@ -99,8 +101,6 @@ def _recover_on_worker_start(sender=None, **kwargs):
     then keeps checking every ROLLOUT_STALE_AFTER_S for rollouts whose worker went silent."""
     _recover("on worker start")
     try:
-        from .sandbox.process import sweep_stale_sandboxes
-
         sweep_stale_sandboxes()
     except Exception:  # noqa: BLE001 - cleaning up after a dead worker must never stop a new one
         logger.exception("could not remove the sandboxes of dead workers")

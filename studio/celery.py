@@ -36,3 +36,16 @@ def _worker_start(sender=None, **kwargs):
     global _worker_slots
     _worker_slots = getattr(sender, "concurrency", None)
     keep_worker_database_connections()  # before the pool forks: its processes inherit both
+
+
+def task_send(name: str, *args, countdown: float | None = None) -> None:
+    """Send the task called `name` to the workers: the sender names it, never imports the task module
+    (which imports the services that send it). Raises kombu's OperationalError when the broker is away."""
+    app.send_task(name, args=args, countdown=countdown)
+
+
+def task_send_on_commit(name: str, *args) -> None:
+    """task_send once the current transaction commits (at once outside one)."""
+    from django.db import transaction
+
+    transaction.on_commit(lambda: task_send(name, *args))

@@ -1,5 +1,5 @@
 """Episodes: one service for the life of an episode (set-up, start, step, finish, fail, step writing),
-driven by Celery workers (runs/engine.py) and by episode hosts for interactive drivers."""
+driven by Celery workers (engine.py) and by episode hosts for interactive drivers."""
 from .service import (
     Episode,
     EpisodeFault,

@@ -39,6 +39,7 @@ from .service import (
     rollout_end,
 )
 from .setup import episode_setup
+from .status import stale_after_s
 from .journal import journal_append, journal_drop, journal_steps, journal_trim
 from .writer import FLUSH_EVERY_STEPS, LostOwnership, flush_together, steps_recover
 
@@ -484,9 +485,8 @@ class EpisodeHost:
 def end_orphaned_episodes(*, stale_s: float | None = None) -> list[int]:
     """Running interactive rollouts whose host stopped beating: end them errored with the reason.
     Safe from any process (hosts run it, and so do workers' recovery rounds)."""
-    from .. import services as run_services
 
-    stale_s = run_services.stale_after_s() if stale_s is None else stale_s
+    stale_s = stale_after_s() if stale_s is None else stale_s
     cutoff = timezone.now() - timedelta(seconds=stale_s)
     ended = []
     for rollout in Rollout.objects.filter(

@@ -1,6 +1,6 @@
 """The life of one episode, the same for every driver: start -> step ... -> finish (or fail).
 
-Worker rollouts (runs/engine.py), human play and remote sessions (held by episode hosts,
+Worker rollouts (runs/episodes/engine.py), human play and remote sessions (held by episode hosts,
 runs/episodes/hosts.py) all drive an episode through these functions, so browser environments,
 screenshots, limits, the verifier's own budget and the final state are the same by construction.
 Every function that ends an episode closes its sandbox and writes the rollout's final state (and
@@ -18,7 +18,6 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from .. import services as run_services
 from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
 from ..figures import rollout_succeeded
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
@@ -26,6 +25,7 @@ from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeErro
 from ..sandbox.backends import sandbox_for
 from ..sandbox.shared import SharedKey, shared_sandboxes
 from .setup import EpisodeSetup
+from .status import rollout_status_changed
 from .writer import LostOwnership, StepWriter
 
 logger = logging.getLogger(__name__)
@@ -495,7 +495,7 @@ def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
     rollout.verifier_reward, rollout.verifier_reason = outcome.verifier_reward, outcome.verifier_reason
     rollout.verifier_error, rollout.reproduction = outcome.verifier_error, outcome.reproduction
     rollout.finished_at = rollout.heartbeat_at = row[0]
-    run_services.rollout_status_changed(rollout)
+    rollout_status_changed(rollout)
     return True
 
 
@@ -508,5 +508,5 @@ def rollout_end(*, rollout: Rollout, status: str, error: str, end_reason: str) -
         )
         if updated:
             rollout.refresh_from_db()
-            run_services.rollout_status_changed(rollout)
+            rollout_status_changed(rollout)
     return bool(updated)

@@ -1,18 +1,14 @@
-"""When a run of an audit ends, enqueue the audit's completion (no web request ever polls for it)."""
-from django.db.models.signals import post_save
-from django.dispatch import receiver
+"""What the quality lab does when a run ends: an audit's run enqueues the audit's completion (no web
+request ever polls for it). Called by the rollout lifecycle (runs/episodes/status.py) and run_cancel."""
+from studio.celery import task_send_on_commit
 
-from .tasks import complete_audit
+from .models import AuditRun
 
-RUN_ENDED = ("finished", "cancelled")
+COMPLETE_AUDIT = "runs.quality.tasks.complete_audit"
 
 
-@receiver(post_save, sender="runs.Run", dispatch_uid="quality-run-ended")
-def run_saved(sender, instance, update_fields=None, **kwargs):
-    if instance.status not in RUN_ENDED or (update_fields is not None and "status" not in update_fields):
-        return
-    from .models import AuditRun
-
-    audit_id = AuditRun.objects.filter(run_id=instance.pk).values_list("audit_id", flat=True).first()
+def audit_run_ended(*, run_id: int) -> None:
+    """The run ended (finished or cancelled): if it belongs to an audit, the audit's report is due."""
+    audit_id = AuditRun.objects.filter(run_id=run_id).values_list("audit_id", flat=True).first()
     if audit_id is not None:
-        complete_audit.delay_on_commit(audit_id)
+        task_send_on_commit(COMPLETE_AUDIT, audit_id)

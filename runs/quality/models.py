@@ -111,4 +111,3 @@ class Reverification(models.Model):
         return round(100 * self.replayed / self.total) if self.total else 100
 
 
-from . import hooks  # noqa: E402,F401 - connects the run-ended hook when the models load

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection
 
 from runs import services
+from runs.episodes import worker
 from runs.models import Rollout, RolloutStatus, RunStatus
 from tests.runs.rollout_factories import package_version, random_agent
 
@@ -44,7 +45,7 @@ def test_cancelling_runs_while_workers_claim_their_rollouts_never_deadlocks(team
     def claim_all(run, reverse):
         ids = list(run.rollouts.order_by("-id" if reverse else "id").values_list("id", flat=True))
         for rollout_id in ids:
-            services._rollout_claim(rollout_id)  # the claim alone: no episode is played
+            worker.rollout_claim(rollout_id)  # the claim alone: no episode is played
 
     for run in runs:
         started = threading.Barrier(3)

@@ -64,6 +64,7 @@ def test_queued_rollouts_the_broker_lost_are_enqueued_again_once(team, owner, ce
     from django.utils import timezone
 
     from runs import services
+    from runs.episodes import worker
     from runs.models import Rollout
     from runs.tasks import rollouts_in_broker
     from tests.processes import forget_queue
@@ -72,12 +73,12 @@ def test_queued_rollouts_the_broker_lost_are_enqueued_again_once(team, owner, ce
     run = services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner), seeds=[0, 1, 2])
     ids = sorted(run.rollouts.values_list("pk", flat=True))
     assert rollouts_in_broker() >= set(ids)
-    assert services.requeue_lost_rollouts(in_broker=rollouts_in_broker, grace_s=0) == []  # all still there
+    assert worker.requeue_lost_rollouts(in_broker=rollouts_in_broker, grace_s=0) == []  # all still there
 
     forget_queue(celery_queue)  # Redis restarted empty
     Rollout.objects.filter(pk__in=ids).update(created_at=timezone.now() - timezone.timedelta(minutes=5))
-    assert services.requeue_lost_rollouts(in_broker=rollouts_in_broker) == ids
-    assert services.requeue_lost_rollouts(in_broker=rollouts_in_broker) == []  # never twice
+    assert worker.requeue_lost_rollouts(in_broker=rollouts_in_broker) == ids
+    assert worker.requeue_lost_rollouts(in_broker=rollouts_in_broker) == []  # never twice
     assert redis.Redis.from_url(settings.CELERY_BROKER_URL).llen(celery_queue) == len(ids)
 
 
@@ -86,6 +87,7 @@ def test_a_worker_starting_after_a_broker_loss_runs_the_queued_rollouts(team, ow
     from django.utils import timezone
 
     from runs import services
+    from runs.episodes import worker
     from runs.models import Rollout
     from tests.processes import forget_queue, wait_for
 

@@ -272,13 +272,13 @@ def test_rollout_whose_worker_died_too_often_ends_errored(team, owner):
 
 
 def test_recover_stale_rollouts_requeues_silent_ones_and_leaves_live_ones(team, owner, django_capture_on_commit_callbacks):
-    from runs import services
+    from runs.episodes import worker
 
     stale = _orphan(team, owner)
     live = _orphan(team, owner, heartbeat_age_s=1)
     doomed = _orphan(team, owner, attempts=3, heartbeat_age_s=300)
     with django_capture_on_commit_callbacks() as callbacks:
-        done = dict(services.recover_stale_rollouts())
+        done = dict(worker.recover_stale_rollouts())
     assert done == {stale.pk: "requeued", doomed.pk: "errored"}
     assert len(callbacks) >= 1  # the requeued rollout is sent again after commit
     for rollout, status in ((stale, RolloutStatus.QUEUED), (live, RolloutStatus.RUNNING), (doomed, RolloutStatus.ERRORED)):
@@ -287,14 +287,14 @@ def test_recover_stale_rollouts_requeues_silent_ones_and_leaves_live_ones(team, 
 
 
 def test_a_duplicate_delivery_leaves_a_live_workers_rollout_alone(team, owner, monkeypatch):
-    from runs import services
+    from runs.episodes import status, worker
     from runs.tasks import execute_rollout
 
     rollout = _orphan(team, owner, heartbeat_age_s=1)
     later = []
-    monkeypatch.setattr(execute_rollout, "apply_async", lambda args, countdown: later.append((args, countdown)))
+    monkeypatch.setattr(worker, "rollout_send", lambda rollout_id, countdown=None: later.append((rollout_id, countdown)))
     assert execute_rollout(rollout.pk).startswith("running on elsewhere")
-    assert later == [((rollout.pk,), services.stale_after_s())]
+    assert later == [(rollout.pk, status.stale_after_s())]
     rollout.refresh_from_db()
     assert rollout.status == RolloutStatus.RUNNING and rollout.attempts == 1
 

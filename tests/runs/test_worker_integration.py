@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs import services
+from runs.episodes import worker
 from runs.models import RolloutStatus, Run, RunStatus
 from studio.celery import app
 from tests.processes import database_url, forget_queue, kill_group, wait_for
