@@ -11,6 +11,7 @@ from django.conf import settings
 
 from environments.sdk.studio_sdk import random_agent
 
+from .agent_errors import NoActionSpace
 from .models import Agent, AgentKind
 from .sandbox import DEFAULT_CONFIG, ProcessSandbox, SandboxConfig, SandboxError, SandboxLimits, UserCodeError
 from .sandbox.backends import sandbox_for
@@ -22,33 +23,6 @@ def code_hash(code: str) -> str:
     """sha256 of an agent's code; "" for an agent with no code (random, model, human), never the hash
     of the empty string dressed up as the hash of some code."""
     return hashlib.sha256(code.encode("utf-8")).hexdigest() if code else ""
-
-
-class AgentFailed(Exception):
-    """The agent cannot go on (its model endpoint keeps failing, it keeps making malformed calls):
-    the rollout ends errored with this reason."""
-
-
-class NoActionSpace(AgentFailed):
-    """The environment offers nothing a random agent could sample from."""
-
-
-class AgentStepError(Exception):
-    """A malformed action (e.g. a tool call with bad arguments): recorded as a step with this
-    reason, the environment is not called, and the agent is asked again."""
-
-    def __init__(self, action, reason: str):
-        super().__init__(reason)
-        self.action, self.reason = action, reason
-
-
-class AgentDone(Exception):
-    """The agent stops acting (e.g. a model agent's turn limit, or its answer in text): the episode
-    ends and is verified. `record`: what the agent recorded of its last turn, which took no step."""
-
-    def __init__(self, end_reason: str, reason: str, record: dict | None = None):
-        super().__init__(reason)
-        self.end_reason, self.reason, self.record = end_reason, reason, record
 
 
 # The agent module of a random agent's sandbox: the SDK's sampler, nothing of the worker.

@@ -29,7 +29,7 @@ from django.db import transaction
 from studio.errors import DomainError
 from studio.install_secret import install_secret
 
-from .agents import AgentDone, AgentFailed, AgentStepError
+from .agent_errors import AgentDone, AgentFailed, AgentStepError
 from .artifacts import array_json_default
 from .egress import EgressRefused, pinned_client
 from .models import Agent, AgentSecret

@@ -10,7 +10,7 @@ from channels.generic.websocket import WebsocketConsumer  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from runs.protocols.openenv import ProtocolRoutes  # noqa: E402
+from runs.protocols.routes import ProtocolRoutes  # noqa: E402
 from runs.sessions.fast_path import SessionStepFastPath  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.ws_auth import ProgramOriginValidator, SessionUnlessToken  # noqa: E402

@@ -12,11 +12,15 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from studio.celery import task_send_on_commit
 from studio.errors import DomainError
 
 from .. import package
 from ..models import DependencyEnvironment, DependencyStatus, EnvironmentVersion
 from . import builder, plugins
+
+# The build task, sent by name (environments/tasks.py registers it).
+BUILD_DEPENDENCY_ENVIRONMENT = "environments.build_dependency_environment"
 
 logger = logging.getLogger(__name__)
 
@@ -159,9 +163,7 @@ def dependency_environment_attach(*, files: dict, content_hash: str, checked: bo
     if checked:
         _record_check(depenv.pk, content_hash, plugins.EntrypointCheck(True, "checked at commit"))
     if depenv.status != DependencyStatus.READY or not checked:
-        from ..tasks import build_dependency_environment  # noqa: PLC0415 - the task module imports this one
-
-        build_dependency_environment.delay_on_commit(depenv.pk)
+        task_send_on_commit(BUILD_DEPENDENCY_ENVIRONMENT, depenv.pk)
     return depenv
 
 

@@ -7,7 +7,8 @@ clock, and decides when to finish.
 import logging
 import time
 
-from ..agents import AgentDone, AgentFailed, AgentStepError, policy_for
+from ..agent_errors import AgentDone, AgentFailed, AgentStepError
+from ..agents import policy_for
 from . import (
     EpisodeFault,
     Heartbeat,

@@ -40,32 +40,6 @@ INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "
 EXECUTION_ERROR, CAPACITY_REACHED, FACTORY_ERROR, SESSION_ERROR = "EXECUTION_ERROR", "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR"
 
 
-class ProtocolRoutes:
-    """ASGI: requests under /openenv/ are served here, everything else goes on to `app`."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith(PREFIX):
-            return await self.app(scope, receive, send)
-        match = PATH.match(scope["path"])
-        rest = (match["rest"] or "/") if match else None
-        if scope["type"] == "websocket":
-            if match is None or rest.rstrip("/") not in ("/ws", "/mcp"):
-                return await _websocket_not_found(scope, receive, send)
-            if rest.rstrip("/") == "/mcp":
-                return await _websocket_not_found(scope, receive, send, "MCP is served over streamable HTTP at this path, not a websocket.")
-            return await OpenEnvSession(scope, receive, send, match).run()
-        if match is None:
-            return await respond(send, 404, {"detail": "Not Found"})
-        if rest.rstrip("/") == "/mcp":
-            from .mcp import serve_mcp  # noqa: PLC0415 - only MCP requests pay for it
-
-            return await serve_mcp(scope, receive, send, match)
-        return await serve_http(scope, receive, send, match, rest.rstrip("/") or "/")
-
-
 # -- credentials ------------------------------------------------------------------------------------
 
 
@@ -212,7 +186,7 @@ class OpenEnvSession:
         await self._reply("error", {"message": message, "code": code, **extra})
 
 
-async def _websocket_not_found(scope, receive, send, detail: str = "Not Found") -> None:
+async def websocket_not_found(scope, receive, send, detail: str = "Not Found") -> None:
     """An unknown websocket path: HTTP 404 where the server can answer the handshake so, else close 4404."""
     message = await receive()
     if message["type"] != "websocket.connect":

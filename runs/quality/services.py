@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from studio.celery import task_send_on_commit
 from studio.storage_quota import storage_quota_check
 
 from studio.errors import Conflict, DomainError
@@ -28,6 +29,8 @@ MAX_AUDIT_SEEDS = 20
 MAX_GOLDEN_CASES = 200
 # Re-verification: how often the job's progress is written, and how many skipped rollouts it lists.
 PROGRESS_EVERY = 10
+# The re-verification task, sent by name (runs/quality/tasks.py registers it).
+EXECUTE_REVERIFICATION = "runs.quality.tasks.execute_reverification"
 MAX_SKIPPED_LISTED = 200
 SUCCESS_WORDS = ("correct", "success", "solved", "pass", "done", "right", "win", "complete", "verified")
 
@@ -310,14 +313,12 @@ def reverification_start(*, version, source, actor) -> Reverification:
         raise InvalidAudit("Re-verify rollouts of the same environment.", field="source")
     if refusal := reverification_refusal(version=version):
         raise InvalidAudit(refusal, field="version")
-    from .tasks import execute_reverification
-
     with transaction.atomic():
         job = Reverification.objects.create(
             team=version.environment.team, environment_version=version, source=source, created_by=actor,
             total=replayable_rollouts(version=source).count(),
         )
-        execute_reverification.delay_on_commit(job.pk)
+        task_send_on_commit(EXECUTE_REVERIFICATION, job.pk)
     return job
 
 

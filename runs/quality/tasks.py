@@ -2,20 +2,17 @@
 from celery import shared_task
 
 from .hooks import COMPLETE_AUDIT
+from .services import EXECUTE_REVERIFICATION, audit_complete, reverification_execute
 
 
 @shared_task(name=COMPLETE_AUDIT, acks_late=True, ignore_result=True)
 def complete_audit(audit_id: int) -> str:
     """Store the audit's report if all its runs have ended. Safe to deliver twice: an ended audit is left alone."""
-    from .services import audit_complete
-
     return audit_complete(audit_id=audit_id)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(name=EXECUTE_REVERIFICATION, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def execute_reverification(reverification_id: int) -> str:
     """Re-score the job's stored rollouts. Safe to deliver twice: an ended job is left alone, and a
     job redelivered after its worker died starts over, fencing out the older attempt's write."""
-    from .services import reverification_execute
-
     return reverification_execute(reverification_id=reverification_id)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runs.agents import AgentFailed
+from runs.agent_errors import AgentFailed
 from runs.openai_agent import ModelEndpoint
 
 CONFIG = {"timeout_s": 2.0, "max_retries": 0, "retry_backoff_s": 0.0, "retry_backoff_max_s": 0.0}
