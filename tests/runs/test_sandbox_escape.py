@@ -210,8 +210,10 @@ def test_forked_children_share_one_memory_bound(start, backend):
     except SandboxCrashed as exc:
         assert "memory" in str(exc), exc  # the kernel may pick the runner itself: still bounded
         return
-    # 6 x 200 MB were asked for; the whole tree is bound to memory_mb (+64 MB headroom): one at most.
-    assert seen["holding"] <= 1 and seen["killed"] >= 4, seen
+    # 6 x 200 MB were asked for; the whole tree is bound to memory_mb (+64 MB headroom): one child at
+    # most survives holding its block. ("holding" counts children that ever held theirs: one may fill
+    # its block and be killed when the next grows, so it is no bound on how many held at once.)
+    assert seen["killed"] >= 5, seen
 
 
 @needs_root
