@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # The suite runs on this many pytest-xdist workers (each with its own test database); 1 runs it serially.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 4
 
 .PHONY: setup setup-test services run test test-fast lint bench clean
 

@@ -1,9 +1,8 @@
 """REST endpoints for agents, runs, rollouts and steps (the same services as the pages)."""
 from django.db.models import Q
-from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Status
 
-from environments.selectors import version_by_label, without_version_content
+from environments.selectors import version_by_label
 from studio.auth import require
 from studio.inputs import BIGINT_MAX
 
@@ -11,7 +10,7 @@ from . import figures, selectors, services
 from .artifacts import arrays_public
 from .review.selectors import visible_labels
 from .seeds import parse_seeds
-from .models import Agent, AgentKind, Rollout, Run
+from .models import AgentKind, Run
 from .schemas import (
     AgentDetailOut,
     AgentIn,
@@ -38,18 +37,9 @@ def _run_out(run: Run, summary: dict | None = None) -> dict:
     }
 
 
-def _runs(request):
-    runs = Run.objects.filter(team=request.team).select_related("environment_version__environment", "agent")
-    return without_version_content(runs, "environment_version")
-
-
-def _rollout(request, rollout_id) -> Rollout:
-    return get_object_or_404(Rollout.objects.select_related("run"), team=request.team, pk=rollout_id)
-
-
 @router.get("/agents", response=list[AgentOut])
 def list_agents(request):
-    return list(Agent.objects.filter(team=request.team).order_by("name"))
+    return list(selectors.agents_for_team(team=request.team))
 
 
 @router.post("/agents", response={201: AgentDetailOut})
@@ -61,7 +51,7 @@ def create_agent(request, payload: AgentIn):
 
 @router.get("/agents/{agent_id}", response=AgentDetailOut)
 def get_agent(request, agent_id: int):
-    return get_object_or_404(Agent, team=request.team, pk=agent_id)
+    return selectors.agent_get(team=request.team, agent_id=agent_id)
 
 
 @router.get("/runs", response=list[RunOut])
@@ -70,9 +60,9 @@ def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Quer
     """The team's runs, newest first. Page with `before` (the last run id of the previous page: any page
     costs the same) or `offset`."""
     limit = max(1, min(limit, 200))
-    runs = _runs(request).order_by("-created_at", "-id")
+    runs = selectors.runs_of_team(team=request.team).order_by("-created_at", "-id")
     if before is not None:
-        last = Run.objects.filter(team=request.team, pk=before).values_list("created_at", flat=True).first()
+        last = selectors.run_created_at(team=request.team, run_id=before)
         if last is None:
             raise services.InvalidRun(f"No run {before} in this team.", field="before")
         runs = runs.filter(Q(created_at__lt=last) | Q(created_at=last, pk__lt=before))
@@ -104,7 +94,7 @@ def create_run(request, payload: RunIn):
         difficulties=payload.difficulties, seeds=seeds, repeats=payload.repeats, limits=payload.limits,
         reviews_required=payload.reviews_required,
     )
-    return Status(201, _run_out(_runs(request).get(pk=run.pk)))
+    return Status(201, _run_out(selectors.run_get(team=request.team, run_id=run.pk)))
 
 
 @router.get("/runs/compare")
@@ -120,15 +110,15 @@ def compare_runs(request, runs: str):
 
 @router.get("/runs/{run_id}", response=RunOut)
 def get_run(request, run_id: int):
-    return _run_out(get_object_or_404(_runs(request), pk=run_id))
+    return _run_out(selectors.run_get(team=request.team, run_id=run_id))
 
 
 @router.post("/runs/{run_id}/cancel", response=RunOut)
 def cancel_run(request, run_id: int):
     require(request, "run")
-    run = get_object_or_404(_runs(request), pk=run_id)
+    run = selectors.run_get(team=request.team, run_id=run_id)
     services.run_cancel(run=run, actor=request.user)
-    return _run_out(_runs(request).get(pk=run.pk))
+    return _run_out(selectors.run_get(team=request.team, run_id=run.pk))
 
 
 @router.get("/runs/{run_id}/rollouts", response=list[RolloutOut])
@@ -136,7 +126,7 @@ def list_rollouts(request, run_id: int, status: str = "", end_reason: str = Quer
                   limit: int = Query(500, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX)):
     """The run's rollouts; `status` and `end_reason` filter them (end_reason=infra_error: those the
     studio's own machinery failed, whose rewards say nothing of the environment or the agent)."""
-    run = get_object_or_404(_runs(request), pk=run_id)
+    run = selectors.run_get(team=request.team, run_id=run_id)
     qs = run.rollouts.order_by("id")
     if status:
         qs = qs.filter(status=status)
@@ -148,7 +138,7 @@ def list_rollouts(request, run_id: int, status: str = "", end_reason: str = Quer
 
 @router.get("/rollouts/{rollout_id}", response=RolloutDetailOut)
 def get_rollout(request, rollout_id: int):
-    r = _rollout(request, rollout_id)
+    r = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     r.labels_list = [
         {"source": label.source, "decision": label.decision, "value": label.value, "rationale": label.rationale,
          "reviewer": label.reviewer.username if label.reviewer_id else None,
@@ -166,7 +156,7 @@ def get_steps(request, rollout_id: int, offset: int = Query(0, ge=0, le=BIGINT_M
     """Steps in index order, a page at a time (limit at most 1000): `offset` is the first step's index,
     so any page is one seek on the (rollout, index) key, however long the rollout; `count` is how many
     steps the rollout has stored (its step count, written with every batch of steps)."""
-    r = _rollout(request, rollout_id)
+    r = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     limit = max(1, min(limit, 1000))
     offset = max(0, offset)
     steps = list(r.steps.filter(index__gte=offset).order_by("index")[:limit])
@@ -177,17 +167,17 @@ def get_steps(request, rollout_id: int, offset: int = Query(0, ge=0, le=BIGINT_M
 def rerun_rollout(request, rollout_id: int):
     """Run the same version, task, seed and agent again; compare with GET /rollouts/{new}/comparison."""
     require(request, "run")
-    new = services.rollout_rerun(rollout=_rollout(request, rollout_id), actor=request.user)
+    new = services.rollout_rerun(rollout=selectors.rollout_get(team=request.team, rollout_id=rollout_id), actor=request.user)
     return Status(201, new)
 
 
 @router.get("/rollouts/{rollout_id}/comparison", response=ComparisonOut)
 def compare_rerun(request, rollout_id: int):
     """For a rerun: is its trajectory identical to the original's, and if not, where does it diverge."""
-    r = _rollout(request, rollout_id)
+    r = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     if r.rerun_of_id is None:
         raise services.InvalidRun("This rollout is not a rerun.", field="rollout_id")
-    original = _rollout(request, r.rerun_of_id)
+    original = selectors.rollout_get(team=request.team, rollout_id=r.rerun_of_id)
     if not (r.is_finished and original.is_finished):
         return {"original": original.pk, "rerun": r.pk, "identical": None, "first_divergence": None, "reason": "not finished yet"}
     c = selectors.compare_trajectories(original, r)
@@ -200,4 +190,4 @@ def get_run_usage(request, run_id: int):
     when the agent's config sets price_prompt_per_mtok and price_completion_per_mtok."""
     from .openai_agent import run_model_usage
 
-    return run_model_usage(get_object_or_404(_runs(request), pk=run_id))
+    return run_model_usage(selectors.run_get(team=request.team, run_id=run_id))

@@ -17,6 +17,7 @@ restarted, `runs/stream_watch.py`), after a `{"type": "stream", "status": "lost"
 import asyncio
 import logging
 import time
+from functools import partial
 from urllib.parse import parse_qs
 
 from channels.consumer import get_handler_name
@@ -24,13 +25,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from studio.db_threads import read_async
 from studio.ws_auth import scope_caller
-from studio.models import Membership
 from studio.revocation import member_tag, revocation_unwatch, revocation_watch, token_tag
 
-from . import events
+from . import events, selectors
 from .backlog import RolloutBacklog, backlog_join, backlog_leave, first_steps_first, steps_text
 from .fanout import RunViewer, event_text, rollout_fanout, run_fanout
-from .models import FINISHED_ROLLOUT_STATUSES, Rollout, RolloutStatus, Run
+from .models import FINISHED_ROLLOUT_STATUSES, RolloutStatus
 from .stream_watch import CLOSE_STREAM_LOST, stream_watch
 
 logger = logging.getLogger(__name__)
@@ -40,46 +40,15 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
-def _team_ids(user, api_token):
-    """The caller's teams (a token's: its own team only)."""
-    if api_token is not None:
-        return [api_token.team_id]
-    return Membership.objects.filter(user=user).values("team_id")
-
-
-def _visible_run(run_id: int, user, api_token) -> Run | None:
-    """The run (its team only) if it is in one of the caller's teams, else None."""
-    return Run.objects.filter(pk=run_id, team_id__in=_team_ids(user, api_token)).only("team_id").first()
-
-
-# What a rollout's status message carries (events.rollout_status), read by hand: the ORM's compilation
-# of the same query cost more CPU than the query on every handshake (bench/bench_viewers.py).
-_STATUS_COLUMNS = ("id", "run_id", "team_id", "task_id", "seed", "status", "step_count", "total_reward", "verifier_reward",
-                   "verifier_reason", "error", "end_reason")
-
-
-def _rollout_for_status(rollout_id: int, user=None, api_token=None) -> Rollout | None:
-    """The rollout (the fields of its status only), if it is in one of the caller's teams when a caller is
-    given; one database hop for check and read."""
-    sql = f"SELECT {', '.join(_STATUS_COLUMNS)} FROM {Rollout._meta.db_table} WHERE id = %s"
-    params = [rollout_id]
-    if api_token is not None:
-        sql += " AND team_id = %s"
-        params.append(api_token.team_id)
-    elif user is not None:
-        sql += f" AND team_id IN (SELECT team_id FROM {Membership._meta.db_table} WHERE user_id = %s)"
-        params.append(user.pk)
-    return next(iter(Rollout.objects.raw(sql, params)), None)
-
-
 _NOBODY = object()
 
 
-def _authorized(scope, lookup, object_id: int):
+def _authorized(scope, lookup):
     caller = scope_caller(scope)
     if caller is None:
         return _NOBODY
-    found = lookup(object_id, *caller)
+    user, api_token = caller
+    found = lookup(user=user, api_token=api_token)
     return None if found is None else (found, caller)
 
 
@@ -140,11 +109,11 @@ class _TeamScopedConsumer(AsyncJsonWebsocketConsumer):
         except Exception:  # noqa: BLE001 - the viewer may be gone already
             logger.debug("could not tell a viewer its stream was lost", exc_info=True)
 
-    async def authorized(self, lookup, object_id: int):
-        """`lookup(object_id, user, api_token)` for the connection's caller, with the caller found in the
+    async def authorized(self, lookup):
+        """`lookup(user=, api_token=)` for the connection's caller, with the caller found in the
         same database hop (studio.ws_auth.scope_caller); None after refusing when nobody valid is logged
         in (4401) or the lookup finds nothing (4404)."""
-        found = await read_async(_authorized, self.scope, lookup, object_id)
+        found = await read_async(_authorized, self.scope, lookup)
         if found is _NOBODY:
             await self.refuse(CLOSE_UNAUTHENTICATED)
             return None
@@ -211,7 +180,7 @@ class RolloutConsumer(_TeamScopedConsumer):
             await self.refuse(CLOSE_BAD_REQUEST)
             return
         rollout_id = self.scope["url_route"]["kwargs"]["rollout_id"]
-        rollout = await self.authorized(_rollout_for_status, rollout_id)
+        rollout = await self.authorized(partial(selectors.rollout_status_for_reader, rollout_id=rollout_id))
         if rollout is None:
             return
         self.rollout_id = rollout_id
@@ -227,7 +196,7 @@ class RolloutConsumer(_TeamScopedConsumer):
         if self.catch_up:
             await self.send_stored_steps()
         if not self.finished:
-            rollout = await read_async(_rollout_for_status, rollout_id)
+            rollout = await read_async(partial(selectors.rollout_status_for_reader, rollout_id=rollout_id))
             if rollout is None:  # deleted meanwhile (its run was)
                 await self.close(code=CLOSE_NOT_FOUND)
                 return
@@ -321,7 +290,7 @@ class RunConsumer(_TeamScopedConsumer):
     async def connect(self):
         run_id = self.scope["url_route"]["kwargs"]["run_id"]
         batch = (self.query_param("batch") or "0") in ("1", "true", "yes")
-        if not await self.authorized(_visible_run, run_id):
+        if not await self.authorized(partial(selectors.run_team_for_reader, run_id=run_id)):
             return
         # Subscribe before reading the summary, so no status change falls between the two; the
         # summary is read once for all the viewers whose subscription was in place before the read

@@ -4,12 +4,33 @@ from django.shortcuts import get_object_or_404
 
 from environments.selectors import without_version_content
 
+from studio.models import Membership
+
+from . import figures
 from .artifacts import arrays_fingerprint
-from .models import Agent, RewardLabel, Rollout, Run, Step
+from .models import Agent, AgentKind, AgentSecret, RewardLabel, Rollout, Run, Step
 
 
 def agents_for_team(*, team):
     return Agent.objects.filter(team=team).order_by("name")
+
+
+def agent_get(*, team, agent_id: int) -> Agent:
+    """The team's agent, or 404: another team's agent looks like none."""
+    return get_object_or_404(Agent, team=team, pk=agent_id)
+
+
+def agents_to_run(*, team):
+    """The agents New run offers besides "random": the team's own, not the built-in random one, people or remotes."""
+    return agents_for_team(team=team).exclude(kind=AgentKind.RANDOM, name="random").exclude(kind__in=[AgentKind.HUMAN, AgentKind.REMOTE])
+
+
+def agents_with_run_counts(*, team):
+    return agents_for_team(team=team).annotate(run_count=Count("runs"))
+
+
+def agent_has_api_key(*, agent) -> bool:
+    return AgentSecret.objects.filter(agent=agent).exclude(api_key="").exists()
 
 
 def agent_by_reference(*, team, reference) -> Agent | None:
@@ -24,13 +45,57 @@ def agent_by_reference(*, team, reference) -> Agent | None:
     return agents.filter(name=text).first()
 
 
-def runs_for_team(*, team):
+def runs_with_counts(*, team):
+    """The team's runs, newest first, each with the run figures' counts (runs.figures), for lists."""
+    runs = Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
+    return figures.with_run_counts(without_version_content(runs, "environment_version")).order_by("-created_at")
+
+
+def runs_of_team(*, team):
+    """The team's runs with version (without its files and tasks) and agent, unordered."""
     return without_version_content(
-        Run.objects.filter(team=team)
-        .select_related("environment_version__environment", "agent")
-        .annotate(rollout_count=Count("rollouts"))
-        .order_by("-created_at"), "environment_version",
-    )
+        Run.objects.filter(team=team).select_related("environment_version__environment", "agent"), "environment_version")
+
+
+def run_created_at(*, team, run_id: int):
+    """When the team's run was created, or None when the team has no such run (a page cursor)."""
+    return Run.objects.filter(team=team, pk=run_id).values_list("created_at", flat=True).first()
+
+
+def recent_runs(*, team, most: int = 50) -> list[Run]:
+    return list(Run.objects.filter(team=team).order_by("-id")[:most])
+
+
+def run_team_for_reader(*, run_id: int, user, api_token) -> Run | None:
+    """The run (its team only) if it is in one of the caller's teams (a token's: its own team), else None."""
+    return Run.objects.filter(pk=run_id, team_id__in=reader_team_ids(user=user, api_token=api_token)).only("team_id").first()
+
+
+def reader_team_ids(*, user, api_token):
+    """The caller's teams (a token's: its own team only)."""
+    if api_token is not None:
+        return [api_token.team_id]
+    return Membership.objects.filter(user=user).values("team_id")
+
+
+# What a rollout's status message carries (events.rollout_status), read by hand: the ORM's compilation
+# of the same query cost more CPU than the query on every handshake (bench/bench_viewers.py).
+STATUS_COLUMNS = ("id", "run_id", "team_id", "task_id", "seed", "status", "step_count", "total_reward", "verifier_reward",
+                  "verifier_reason", "error", "end_reason")
+
+
+def rollout_status_for_reader(*, rollout_id: int, user=None, api_token=None) -> Rollout | None:
+    """The rollout (the fields of its status only), if it is in one of the caller's teams when a caller is
+    given; one database hop for check and read."""
+    sql = f"SELECT {', '.join(STATUS_COLUMNS)} FROM {Rollout._meta.db_table} WHERE id = %s"
+    params = [rollout_id]
+    if api_token is not None:
+        sql += " AND team_id = %s"
+        params.append(api_token.team_id)
+    elif user is not None:
+        sql += f" AND team_id IN (SELECT team_id FROM {Membership._meta.db_table} WHERE user_id = %s)"
+        params.append(user.pk)
+    return next(iter(Rollout.objects.raw(sql, params)), None)
 
 
 def run_get(*, team, run_id: int) -> Run:
@@ -60,7 +125,9 @@ def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
 
 
 def rollout_get(*, team, rollout_id: int) -> Rollout:
-    rollouts = Rollout.objects.select_related("run__environment_version__environment", "run__agent")
+    """The team's rollout with its run, version (without files and tasks), agent and the rollout it
+    reran, or 404: another team's rollout looks like none."""
+    rollouts = Rollout.objects.select_related("run__environment_version__environment", "run__agent", "rerun_of", "team")
     return get_object_or_404(without_version_content(rollouts, "run__environment_version"), team=team, pk=rollout_id)
 
 
@@ -71,6 +138,19 @@ def rollout_get_for_reader(*, user, rollout_id: int, team=None) -> Rollout:
     if team is not None:
         rollouts = rollouts.filter(team=team)
     return get_object_or_404(rollouts, pk=rollout_id)
+
+
+def rollouts_of_version(*, team, version):
+    return Rollout.objects.filter(team=team, run__environment_version=version)
+
+
+def rollouts_of_version_number(*, team, slug: str, number: int):
+    return Rollout.objects.filter(team=team, run__environment_version__environment__slug=slug,
+                                  run__environment_version__number=number)
+
+
+def step_at(*, rollout, index: int) -> Step | None:
+    return Step.objects.filter(rollout=rollout, index=index).first()
 
 
 def rollout_steps(*, rollout, after_index: int | None = None):

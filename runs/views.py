@@ -5,12 +5,11 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponse, JsonResponse
 from django.core.paginator import Paginator
-from django.db.models import Count
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
-from environments.selectors import versions_for_team, version_tasks_head, without_version_content
+from environments.selectors import versions_for_team, version_tasks_head
 from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
@@ -19,7 +18,7 @@ from studio.errors import DomainError
 from . import artifacts, events, figures, selectors, services
 from .episodes import interactive
 from .forms import AgentForm, RunForm
-from .models import Agent, AgentKind, Rollout, RolloutStatus, Run, RunStatus
+from .models import Agent, AgentKind, RolloutStatus, RunStatus
 
 STEPS_PER_PAGE = 50
 
@@ -37,14 +36,9 @@ def random_agent(*, team, actor) -> Agent:
     return services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
 
 
-def _runs_with_counts(team):
-    runs = Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
-    return figures.with_run_counts(without_version_content(runs, "environment_version")).order_by("-created_at")
-
-
 @team_view("read")
 def run_list(request):
-    runs = Paginator(_runs_with_counts(request.team), 50).get_page(request.GET.get("page"))
+    runs = Paginator(selectors.runs_with_counts(team=request.team), 50).get_page(request.GET.get("page"))
     live = any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs)
     template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
     return render(request, template, {"runs": runs, "live": live})
@@ -58,7 +52,7 @@ def run_new(request):
     if "@" in label:
         slug, _, number = label.partition("@")
         version = versions.filter(environment__slug=slug, number=int(number) if number.isdigit() else -1).first()
-    agents = Agent.objects.filter(team=request.team).exclude(kind=AgentKind.RANDOM, name="random").exclude(kind__in=[AgentKind.HUMAN, AgentKind.REMOTE])
+    agents = selectors.agents_to_run(team=request.team)
     form = RunForm(request.POST or None, agents=agents)
     if request.method == "POST" and version is None:
         messages.error(request, "Choose an environment version to run.")
@@ -67,7 +61,7 @@ def run_new(request):
         agent = (
             random_agent(team=request.team, actor=request.user)
             if data["agent"] == "random"
-            else get_object_or_404(Agent, team=request.team, pk=data["agent"])
+            else selectors.agent_get(team=request.team, agent_id=data["agent"])
         )
         limits = {k: data[k] for k in ("max_steps", "episode_timeout_s") if data.get(k)}
         try:
@@ -130,7 +124,7 @@ def run_compare(request):
 @require_POST
 @team_view("run")
 def run_cancel(request, run_id):
-    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    run = selectors.run_get(team=request.team, run_id=run_id)
     services.run_cancel(run=run, actor=request.user)
     messages.success(request, f"Run {run.pk} cancelled: queued rollouts will not start, running ones stop.")
     return redirect("runs:run", team=request.team.slug, run_id=run.pk)
@@ -138,12 +132,7 @@ def run_cancel(request, run_id):
 
 @team_view("read")
 def rollout_detail(request, rollout_id):
-    rollout = get_object_or_404(
-        without_version_content(
-            Rollout.objects.select_related("run__environment_version__environment", "run__agent", "rerun_of"),
-            "run__environment_version"),
-        team=request.team, pk=rollout_id,
-    )
+    rollout = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     steps = Paginator(rollout.steps.order_by("index"), STEPS_PER_PAGE).get_page(request.GET.get("page"))
     comparison = None
     if rollout.rerun_of_id and rollout.is_finished and rollout.rerun_of.is_finished:
@@ -161,7 +150,7 @@ def rollout_detail(request, rollout_id):
 @team_view("read")
 def rollout_steps_json(request, rollout_id):
     """A window of steps for the replay viewer: ?offset=N&limit=M (at most 500)."""
-    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    rollout = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     try:
         offset = max(0, int(request.GET.get("offset", 0)))
         limit = min(500, max(1, int(request.GET.get("limit", 200))))
@@ -174,7 +163,7 @@ def rollout_steps_json(request, rollout_id):
 @team_view("read")
 def rollout_timeline_json(request, rollout_id):
     """Everything the viewer's timeline needs up front: per-step rewards and flags, the rollout's state."""
-    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    rollout = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     rows = list(rollout.steps.order_by("index").values_list("index", "reward", "terminated", "truncated"))
     return JsonResponse({
         "rollout": rollout_state(rollout),
@@ -197,7 +186,7 @@ def rollout_state(rollout) -> dict:
 @require_POST
 @team_view("run")
 def rollout_rerun(request, rollout_id):
-    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    rollout = selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     try:
         new = services.rollout_rerun(rollout=rollout, actor=request.user)
     except DomainError as exc:
@@ -217,7 +206,7 @@ def episodes_open(request):
 
 @team_view("read")
 def agent_list(request):
-    agents = Agent.objects.filter(team=request.team).annotate(run_count=Count("runs")).order_by("name")
+    agents = selectors.agents_with_run_counts(team=request.team)
     form = AgentForm()
     return render(request, "runs/agents.html", {"agents": agents, "form": form})
 
@@ -239,11 +228,9 @@ def agent_new(request):
 
 @team_view("read")
 def agent_detail(request, agent_id):
-    agent = get_object_or_404(Agent, team=request.team, pk=agent_id)
-    runs = _runs_with_counts(request.team).filter(agent=agent)[:20]
-    from .models import AgentSecret
-
-    key_set = AgentSecret.objects.filter(agent=agent).exclude(api_key="").exists()
+    agent = selectors.agent_get(team=request.team, agent_id=agent_id)
+    runs = selectors.runs_with_counts(team=request.team).filter(agent=agent)[:20]
+    key_set = selectors.agent_has_api_key(agent=agent)
     return render(request, "runs/agent.html", {"agent": agent, "runs": runs, "api_key_set": key_set})
 
 

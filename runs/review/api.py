@@ -3,14 +3,14 @@ annotations, agreement figures and streamed JSONL export (the same services as t
 from typing import Literal
 
 from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404
 from ninja import Query, Router, Schema, Status
 
 from environments.selectors import environment_get, version_get
 from studio.auth import require
 from studio.inputs import BIGINT_MAX
 
-from ..models import Rollout, Run, Step
+from ..models import Rollout
+from .. import selectors as run_selectors
 from . import selectors, services
 from .export import ExportFilter
 from .export_http import export_response
@@ -36,13 +36,13 @@ class QueueQuery(Schema):
 
 
 def _rollout(request, rollout_id) -> Rollout:
-    return get_object_or_404(Rollout.objects.select_related("run", "team"), team=request.team, pk=rollout_id)
+    return run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
 
 
 def _step(rollout, step_index):
     if step_index is None:
         return None
-    step = Step.objects.filter(rollout=rollout, index=step_index).first()
+    step = run_selectors.step_at(rollout=rollout, index=step_index)
     if step is None:
         raise services.InvalidDecision(f"Rollout {rollout.pk} has no step {step_index}.", field="step_index")
     return step
@@ -186,7 +186,7 @@ def version_agreement(request, slug: str, number: int):
 
 @router.get("/runs/{run_id}/agreement", response=AgreementOut)
 def run_agreement(request, run_id: int):
-    return selectors.agreement(run=get_object_or_404(Run, team=request.team, pk=run_id), viewer=request.user)
+    return selectors.agreement(run=run_selectors.run_get(team=request.team, run_id=run_id), viewer=request.user)
 
 
 Decision = Literal["approved", "overridden", "rejected", "proposed", "all"]
@@ -219,7 +219,7 @@ def export_run(request, run_id: int, query: Query[ExportQuery], min_reward: floa
     min_reward/max_reward: the exported reward (the current label's value, else the verifier's);
     format: trajectory, chat, or inspect (an Inspect AI .json log); arguments (chat): tool-call
     arguments as objects or JSON strings; file: jsonl or parquet. `X-Export-Count` says how many rollouts the file holds."""
-    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    run = run_selectors.run_get(team=request.team, run_id=run_id)
     filters = query.export_filter(min_reward=min_reward, max_reward=max_reward)
     return _stream(request, run.rollouts.all(), query=query, filters=filters, filename=f"run-{run.pk}")
 
@@ -229,7 +229,7 @@ def export_version(request, slug: str, number: int, query: Query[ExportQuery], m
                    max_reward: float | None = None):
     """The version's rollouts, with the parameters of GET /runs/{run_id}/export."""
     version = _version(request, slug, number)
-    rollouts = Rollout.objects.filter(team=request.team, run__environment_version=version)
+    rollouts = run_selectors.rollouts_of_version(team=request.team, version=version)
     filters = query.export_filter(min_reward=min_reward, max_reward=max_reward)
     return _stream(request, rollouts, query=query, filters=filters, filename=f"{slug}-v{number}")
 

@@ -3,16 +3,15 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from environments.models import Environment
-from environments.selectors import without_version_content
+from environments.selectors import environments_for_team
 from studio.access import team_view
 from studio.errors import DomainError
 
-from ..models import Agent, Rollout, Run, Step
+from .. import selectors as run_selectors
 from . import selectors, services
 from .export import ExportFilter, InvalidExport, export_count
 from .export_chat import ARGUMENT_MODES
@@ -71,9 +70,9 @@ def queue(request):
     total = _capped(n)
     return render(request, "review/queue.html", {
         "items": items, "total": total, "active": active, "errors": errors, "qs": _qs(active),
-        "environments": Environment.objects.filter(team=request.team).order_by("name"),
-        "agents": Agent.objects.filter(team=request.team).order_by("name"),
-        "runs": Run.objects.filter(team=request.team).order_by("-id")[:50],
+        "environments": environments_for_team(team=request.team),
+        "agents": run_selectors.agents_for_team(team=request.team),
+        "runs": run_selectors.recent_runs(team=request.team, most=50),
         "can_review": request.membership.can_review,
     })
 
@@ -126,11 +125,7 @@ def item(request, rollout_id):
 
 
 def _item_page(request, rollout_id):
-    rollout = get_object_or_404(
-        without_version_content(Rollout.objects.select_related("run__environment_version__environment", "run__agent"),
-                                "run__environment_version"),
-        team=request.team, pk=rollout_id,
-    )
+    rollout = run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     _, active, _ = _filters(request.GET)
     open_for_me = selectors.review_open_for(rollout, request.user)
     labels = selectors.visible_labels(rollout, request.user)
@@ -147,7 +142,7 @@ def _item_page(request, rollout_id):
 @require_POST
 @team_view("review")
 def decide(request, rollout_id):
-    rollout = get_object_or_404(Rollout.objects.select_related("run"), team=request.team, pk=rollout_id)
+    rollout = run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     _, active, _ = _filters(request.GET)
     value = request.POST.get("value", "").strip()
     try:
@@ -188,11 +183,11 @@ def _decision_error(request, rollout, message):
 @require_POST
 @team_view("read")
 def annotate(request, rollout_id):
-    rollout = get_object_or_404(Rollout, team=request.team, pk=rollout_id)
+    rollout = run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     step = None
     index = request.POST.get("step", "").strip()
     if index not in ("", "-1"):
-        step = Step.objects.filter(rollout=rollout, index=int(index) if index.isdigit() else -1).first()
+        step = run_selectors.step_at(rollout=rollout, index=int(index) if index.isdigit() else -1)
     tags = request.POST.getlist("tags") + [t for t in request.POST.get("extra_tags", "").replace(",", " ").split() if t]
     error = None
     try:
@@ -206,14 +201,13 @@ def annotate(request, rollout_id):
 
 @team_view("read")
 def export_run(request, run_id):
-    run = get_object_or_404(Run, team=request.team, pk=run_id)
+    run = run_selectors.run_get(team=request.team, run_id=run_id)
     return _export(request, run.rollouts.all(), f"run-{run.pk}")
 
 
 @team_view("read")
 def export_version(request, slug, number):
-    rollouts = Rollout.objects.filter(team=request.team, run__environment_version__environment__slug=slug,
-                                      run__environment_version__number=number)
+    rollouts = run_selectors.rollouts_of_version_number(team=request.team, slug=slug, number=number)
     return _export(request, rollouts, f"{slug}-v{number}")
 
 
