@@ -45,7 +45,8 @@ def test_two_runs_ticked_on_the_list_are_compared_task_by_task(page, asgi_server
         page.check(f"input[name=run][value='{run.pk}']")
     page.click("#compare-form button[type=submit]")
     page.wait_for_selector("#comparison")
-    assert page.evaluate("!!Chart.getChart(document.getElementById('compare-chart'))")
+    # The chart is drawn once the vendored Chart.js has loaded (a deferred script: it may come after the table).
+    page.wait_for_function("() => !!window.Chart && !!Chart.getChart(document.getElementById('compare-chart'))")
     row = page.locator("#comparison tr[data-task='a']").inner_text()
     # The list shows the newest run first, so it is the base the older one is compared with.
     assert "50%" in row and "100%" in row and "-50 pts" in row
