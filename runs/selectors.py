@@ -47,8 +47,7 @@ def agent_by_reference(*, team, reference) -> Agent | None:
 
 def runs_with_counts(*, team):
     """The team's runs, newest first, each with the run figures' counts (runs.figures), for lists."""
-    runs = Run.objects.filter(team=team).select_related("environment_version__environment", "agent", "created_by")
-    return figures.with_run_counts(without_version_content(runs, "environment_version")).order_by("-created_at")
+    return figures.with_run_counts(runs_of_team(team=team).select_related("created_by")).order_by("-created_at")
 
 
 def runs_of_team(*, team):
@@ -100,8 +99,7 @@ def rollout_status_for_reader(*, rollout_id: int, user=None, api_token=None) -> 
 
 def run_get(*, team, run_id: int) -> Run:
     """The team's run with its version (without the version's files and tasks) and agent, or 404."""
-    runs = without_version_content(Run.objects.select_related("environment_version__environment", "agent"), "environment_version")
-    return get_object_or_404(runs, team=team, pk=run_id)
+    return get_object_or_404(runs_of_team(team=team), pk=run_id)
 
 
 def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
@@ -116,8 +114,7 @@ def runs_by_ids(*, team, text: str, most: int = 6) -> list[Run]:
             ids.append(int(part))
     if not 2 <= len(ids) <= most:
         raise ValueError(f"Choose from 2 to {most} runs to compare.")
-    runs = without_version_content(Run.objects.select_related("environment_version__environment", "agent"), "environment_version")
-    found = {run.pk: run for run in runs.filter(team=team, pk__in=ids)}
+    found = {run.pk: run for run in runs_of_team(team=team).filter(pk__in=ids)}
     missing = [str(i) for i in ids if i not in found]
     if missing:
         raise ValueError(f"No run {', '.join(missing)} in this team.")
