@@ -81,8 +81,8 @@ TASKS = [
 ]
 
 
-@pytest.fixture
-def fault_rollouts(team, owner):
+def play_fault(team, owner, task_id):
+    """The rollout of one fault task (each in its own test, so xdist runs them side by side)."""
     files = {
         "environment.toml": 'name = "faults"\nkind = "browser"\nentrypoint = "env:Faults"\nmax_steps = 5\n\n'
         "[limits]\nstep_timeout_s = 6\nepisode_timeout_s = 40\nmemory_mb = 1024\n",
@@ -92,9 +92,9 @@ def fault_rollouts(team, owner):
     }
     version = browser_version(team, owner, "faults", files)
     agent = scripted_agent(team, owner, REPLAY_AGENT, name="replay")
-    run = services.run_create(team=team, actor=owner, version=version, agent=agent,
-                              task_ids=[task["id"] for task in TASKS], seeds=[0])
-    return {rollout.task_id: rollout for rollout in play_run(run)}
+    run = services.run_create(team=team, actor=owner, version=version, agent=agent, task_ids=[task_id], seeds=[0])
+    [rollout] = play_run(run)
+    return rollout
 
 
 def first_step(rollout, index=0):
@@ -103,39 +103,44 @@ def first_step(rollout, index=0):
     return step
 
 
-def test_browser_faults_become_step_errors_or_ended_rollouts_with_reasons(fault_rollouts):
-    r = fault_rollouts
+def test_a_page_that_never_loads_is_a_step_error_and_the_episode_goes_on(team, owner):
+    slow = play_fault(team, owner, "slow")
+    assert "Timeout 1500ms exceeded" in first_step(slow).observation["error"]
+    assert slow.status == "succeeded"
 
-    # A page that never finishes loading: the step's observation says so; the episode goes on.
-    slow = first_step(r["slow"])
-    assert "Timeout 1500ms exceeded" in slow.observation["error"]
-    assert r["slow"].status == "succeeded"
 
-    # A dialog is dismissed and recorded; the page behind it is readable.
-    dialog = first_step(r["dialog"])
+def test_a_dialog_is_dismissed_and_recorded_and_the_page_behind_it_is_readable(team, owner):
+    dialog = first_step(play_fault(team, owner, "dialog"))
     assert dialog.info["dialogs"] == [{"type": "alert", "message": "hello from the page"}]
     assert "after the alert" in dialog.observation["text"]
 
-    # A popup is closed and recorded.
-    assert first_step(r["popup"], 1).info["popups"][0]["closed"] is True
 
-    # A download is refused and recorded.
-    download = first_step(r["download"])
+def test_a_popup_is_closed_and_recorded(team, owner):
+    assert first_step(play_fault(team, owner, "popup"), 1).info["popups"][0]["closed"] is True
+
+
+def test_a_download_is_refused_and_recorded(team, owner):
+    download = first_step(play_fault(team, owner, "download"))
     assert download.info["downloads"][0]["refused"] is True
     assert download.info["downloads"][0]["url"].endswith("/download")
     assert "Download" in download.observation["error"]
 
-    # Requests to other origins are aborted and recorded; goto to another origin is refused.
-    external = r["external"]
+
+def test_requests_to_other_origins_are_aborted_and_a_goto_there_is_refused(team, owner):
+    external = play_fault(team, owner, "external")
     assert "http://203.0.113.9/pixel.png" in first_step(external).info["blocked_urls"]
     refused = first_step(external, 1)
     assert "blocked" in refused.observation["error"]
     assert refused.info["blocked_urls"] == ["http://203.0.113.9/"]
 
-    # An infinite script: the page never answers, the step runs past step_timeout_s.
-    assert r["spin"].status == "timed_out"
-    assert "did not answer within 6.0 s" in r["spin"].error
 
-    # Chromium killed mid-episode: the rollout errors and says why.
-    assert r["crash"].status == "errored"
-    assert "BrowserCrashed" in r["crash"].error and "Chromium" in r["crash"].error
+def test_an_infinite_script_times_the_rollout_out_past_step_timeout(team, owner):
+    spin = play_fault(team, owner, "spin")
+    assert spin.status == "timed_out"
+    assert "did not answer within 6.0 s" in spin.error
+
+
+def test_chromium_killed_mid_episode_errors_the_rollout_and_says_why(team, owner):
+    crash = play_fault(team, owner, "crash")
+    assert crash.status == "errored"
+    assert "BrowserCrashed" in crash.error and "Chromium" in crash.error

@@ -2,7 +2,7 @@
 requests for every operation, a bounded number each, and not one answered with a server error.
 
 Deterministic (derandomized) so that CI sees the same requests each time; the examples per operation
-are few enough to run in about a minute on two cores."""
+are few enough to run in about a minute on two cores, split into SHARDS tests that xdist runs side by side."""
 import pytest
 import schemathesis
 from django.core.wsgi import get_wsgi_application
@@ -15,6 +15,7 @@ from tests.conftest import api_for
 from tests.runs.rollout_factories import package_version, play_run, random_agent
 
 EXAMPLES_PER_OPERATION = {GenerationMode.POSITIVE: 8, GenerationMode.NEGATIVE: 8}
+SHARDS = 4  # every operation in exactly one shard: operation i goes to shard i % SHARDS
 ENV_PY = """
 class Env:
     action_space = {"type": "discrete", "n": 2}
@@ -46,11 +47,12 @@ def operations():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_no_api_operation_answers_with_a_server_error(populated):
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_no_api_operation_answers_with_a_server_error(populated, shard):
     token = populated.headers["Authorization"]
     failures = []
     checked = 0
-    for operation in operations():
+    for operation in operations()[shard::SHARDS]:
         for mode, examples in EXAMPLES_PER_OPERATION.items():
 
             @settings(
@@ -66,5 +68,5 @@ def test_no_api_operation_answers_with_a_server_error(populated):
                     failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}: {case.as_curl_command()}")
 
             probe()
-    assert checked > 200
+    assert checked > 200 // SHARDS
     assert not failures, f"{len(failures)} server errors:\n" + "\n".join(failures[:20])
