@@ -1,14 +1,14 @@
 """Reads of agents, runs, rollouts and steps, always scoped to one team by the caller's objects."""
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.shortcuts import get_object_or_404
 
 from environments.selectors import without_version_content
 
 from studio.models import Membership
 
-from . import figures
+from . import events, figures
 from .artifacts import arrays_fingerprint
-from .models import Agent, AgentKind, AgentSecret, RewardLabel, Rollout, Run, Step
+from .models import Agent, AgentKind, AgentSecret, RewardLabel, Rollout, RolloutStatus, Run, Step
 
 
 def agents_for_team(*, team):
@@ -148,6 +148,21 @@ def rollouts_of_version_number(*, team, slug: str, number: int):
 
 def step_at(*, rollout, index: int) -> Step | None:
     return Step.objects.filter(rollout=rollout, index=index).first()
+
+
+def running_now(*, run) -> list[dict]:
+    """The run's running rollouts, by id, each with its latest stored step as viewers get it (None before
+    the first). Running rollouts hold a worker or host slot each, so there are few of them."""
+    running = list(Rollout.objects.filter(run=run, status=RolloutStatus.RUNNING).order_by("id").values_list("id", "step_count"))
+    latest = Q(pk__in=[])
+    for rollout_id, step_count in running:
+        if step_count:
+            latest |= Q(rollout_id=rollout_id, index=step_count - 1)
+    rows = {row["rollout_id"]: row for row in Step.objects.filter(latest).values("rollout_id", *events.STEP_FIELDS, "artifact")}
+    return [
+        {"rollout_id": rollout_id, "step": events.step_json(rows[rollout_id], rollout_id=rollout_id) if rollout_id in rows else None}
+        for rollout_id, _ in running
+    ]
 
 
 def rollout_steps(*, rollout, after_index: int | None = None):

@@ -99,6 +99,7 @@ def run_detail(request, run_id):
         # A cancelled run stays live while its running rollouts stop; Cancel shows only while it can act.
         "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING) or summary["pending"] > 0,
         "cancellable": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
+        "running_now": selectors.running_now(run=run),
     }
     if request.htmx and request.GET.get("partial") == "body":
         return render(request, "runs/run.html#run-body", context)

@@ -10,7 +10,18 @@
   let points = unpack(JSON.parse(document.getElementById("run-points").textContent));
   const RETURN_STATUSES = ["succeeded", "failed"];
   const COLORS = { succeeded: "#1f8a4c", failed: "#c2362b" };
-  const latest = new Map(); // rollout id -> {step, at}
+  // Running now: rollout id -> {step} (the latest step seen; null before the first) for exactly the
+  // running rollouts, as the server listed them (#running-now) and status messages change them.
+  const latest = new Map();
+  const ended = new Set(); // rollouts seen to end: late step batches must not bring them back
+  const RUNNING_SHOWN = 12;
+  function readRunning(doc) {
+    const data = doc.querySelector("#running-now");
+    if (!data) return;
+    latest.clear();
+    for (const { rollout_id, step } of JSON.parse(data.textContent)) latest.set(rollout_id, { step });
+    scheduleLatest();
+  }
   let chart = null;
 
   const fmt = (x, d = 3) => (x === null || x === undefined) ? "—" : Number(x).toFixed(d);
@@ -125,9 +136,13 @@
         setTimeout(() => fresh.classList.remove("flash-row"), 800);
       }
     }
+    if (m.status === "running" && !latest.has(m.rollout_id) && !ended.has(m.rollout_id)) {
+      latest.set(m.rollout_id, { step: null });
+      scheduleLatest();
+    }
     if (!["queued", "running"].includes(m.status)) {
-      // Keep a finished rollout's last step on show briefly, so fast rollouts are seen at all.
-      setTimeout(() => { latest.delete(m.rollout_id); renderLatest(); }, 2000);
+      ended.add(m.rollout_id);
+      if (latest.delete(m.rollout_id)) scheduleLatest();
       if (RETURN_STATUSES.includes(m.status) && !points.some((p) => p.id === m.rollout_id)) {
         const n = points.length ? points[points.length - 1].n + 1 : 1;
         points.push({ id: m.rollout_id, status: m.status, total_reward: m.total_reward, verifier_reward: m.verifier_reward, task_id: m.task_id, seed: m.seed, n });
@@ -142,7 +157,7 @@
   function applySteps(m) {
     const last = m.steps[m.steps.length - 1];
     if (!last) return;
-    latest.set(m.rollout_id, { step: last, at: Date.now() });
+    if (!ended.has(m.rollout_id)) latest.set(m.rollout_id, { step: last });
     const cell = document.querySelector(`#rollout-${m.rollout_id} [data-k="steps"]`);
     if (cell) cell.textContent = String(last.index + 1);
     scheduleLatest();
@@ -162,9 +177,10 @@
   function renderLatest() {
     const list = document.getElementById("live-steps-list");
     if (!list) return;
-    const newest = [...latest.entries()].sort((a, b) => b[1].at - a[1].at).slice(0, 6);
-    if (!newest.length) { list.replaceChildren(el("p", { class: "muted small", text: "No rollout is running right now." })); return; }
-    list.replaceChildren(...newest.map(([id, { step }]) => {
+    const running = [...latest.entries()].sort((a, b) => a[0] - b[0]);
+    if (!running.length) { list.replaceChildren(el("p", { class: "muted small", text: "No rollout is running right now." })); return; }
+    const items = running.slice(0, RUNNING_SHOWN).map(([id, { step }]) => {
+      if (!step) return el("a", { class: "live-item", href: `${rolloutUrl}${id}/` }, el("div", {}, el("strong", { text: `#${id}` }), " ", el("span", { class: "muted small", text: "started, no step yet" })));
       const item = el("a", { class: "live-item", href: `${rolloutUrl}${id}/` },
         el("div", {}, el("strong", { text: `#${id}` }), " ", el("span", { class: "muted small", text: `step ${step.index} · reward ${fmt(step.reward)}` })),
         el("div", { class: "small" }, el("span", { class: "muted", text: "action" }), " ", el("code", { text: short(step.action, 80) })),
@@ -173,7 +189,9 @@
       const frame = firstImage(step.observation);
       if (frame) item.append(el("img", { class: "live-shot pixelated", src: frame.url, alt: `observation of step ${step.index}` }));
       return item;
-    }));
+    });
+    if (running.length > RUNNING_SHOWN) items.push(el("p", { class: "muted small", text: `and ${running.length - RUNNING_SHOWN} more running` }));
+    list.replaceChildren(...items);
   }
 
   // Reconcile: re-read the page's live parts from the server; events that arrive meanwhile are
@@ -187,6 +205,7 @@
       url.searchParams.set("partial", "body");
       try {
         const fresh = await window.studioRefresh(url.toString(), ["summary-stats", "by-difficulty", "rollout-rows", "agreement"]);
+        readRunning(fresh);
         const data = fresh.querySelector("#run-points");
         if (data) { points = unpack(JSON.parse(data.textContent)); redraw(); }
         const more = fresh.querySelector("#run-analytics");
@@ -256,5 +275,6 @@
   }
   buildChart();
   buildAnalytics();
+  readRunning(document);
   connect();
 })();
