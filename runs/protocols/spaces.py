@@ -166,7 +166,7 @@ def openenv_schemas(spaces: dict) -> dict:
     observation_space = spaces.get("observation_space")
     fields = {"observation": {"title": "Observation", **space_schema(observation_space)}} if observation_space else {}
     observation = {
-        "additionalProperties": not fields, "title": "StudioObservation", "type": "object",
+        "additionalProperties": not fields, "title": "StudioObservation", "type": "object", "required": list(fields),
         "properties": {
             "done": {"default": False, "description": "Whether the episode has terminated", "title": "Done", "type": "boolean"},
             "reward": {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"}, {"type": "null"}],

@@ -244,10 +244,9 @@ def schema_errors(schema: dict, value, prefix: list) -> list[dict]:
         return []
     validator = _validator(json.dumps(schema, sort_keys=True))
     found = [leaf for error in validator.iter_errors(value) for leaf in _closest(error)]
-    errors = []
-    for error in sorted(found, key=lambda e: [str(part) for part in e.absolute_path]):
-        errors.extend(_pydantic_errors(error, [*prefix, *error.absolute_path]))
-    return errors[:10]
+    errors = [shaped for error in found for shaped in _pydantic_errors(error, [*prefix, *error.absolute_path])]
+    # pydantic reports the declared fields' errors first, unknown fields after them
+    return sorted(errors, key=lambda error: error["type"] == "extra_forbidden")[:10]
 
 
 _TYPE_ERRORS = {
