@@ -127,7 +127,7 @@ async def openenv_sessions(ws_url: str, clients: int, steps_each: int, warmup: i
             reply = json.loads(await ws.recv())
             if reply["type"] != "observation":
                 raise SystemExit(f"reset answered {reply}")
-            rollout = reply["data"]["observation"].get("rollout_id")
+            rollout = (reply["data"]["observation"].get("metadata") or {}).get("rollout_id")  # the studio's facts
             if rollout is not None:
                 rollouts.append(rollout)
             message = json.dumps({"type": "step", "data": {"action": 1}})

@@ -120,6 +120,16 @@ class Episode:
     def action_space(self):
         return self.sandbox.action_space
 
+    @property
+    def action_schema(self) -> dict | None:
+        """The JSON schema of the environment's object actions (`action_schema`), when it declares one."""
+        return self.sandbox.action_schema
+
+    @property
+    def env_state(self) -> dict | None:
+        """The environment's own `state()` after its last reset or step (None when it has none)."""
+        return self.sandbox.env_state
+
 
 # -- sandboxes by kind ----------------------------------------------------------------------------
 

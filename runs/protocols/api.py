@@ -26,6 +26,7 @@ class SpacesOut(Schema):
     task_ids: list[str]
     action_space: Any = None
     observation_space: Any = None
+    action_schema: Any = None
     tools: list[dict] = []
 
 

@@ -1,20 +1,16 @@
 """Episodes as the protocols drive them: open (seed and task chosen as OpenEnv callers expect), step
-(checked against the version's action schema first), observe, close. Each is a recorded rollout of
+(its action already checked against the version's action form, runs/protocols/wire.py), observe, close. Each is a recorded rollout of
 the team's `openenv` (or `mcp`) agent, through the interactive episode service (runs/episodes)."""
-import functools
-import json
 import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import jsonschema
-
 from runs.episodes import interactive
 from runs.models import AgentKind
 from studio.db_threads import in_pool
 
-from . import spaces
+from . import spaces, wire
 from .keys import Access
 
 logger = logging.getLogger(__name__)
@@ -25,14 +21,6 @@ _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="protocols")
 async def in_thread(function, /, *args, **kwargs):
     """A blocking call (database, a start on an episode host) off the event loop."""
     return await in_pool(_pool, function, *args, **kwargs)
-
-
-class ActionInvalid(Exception):
-    """An action that fails the version's action schema; `errors` in pydantic's shape."""
-
-    def __init__(self, errors: list[dict]):
-        super().__init__(errors[0]["msg"] if errors else "invalid action")
-        self.errors = errors
 
 
 class ResetInvalid(Exception):
@@ -52,10 +40,11 @@ class ProtocolEpisode:
     version_label: str
     observation: object = None
     tools: list = field(default_factory=list)
+    reset_info: dict = field(default_factory=dict)
     step_count: int = 0
     done: bool = False
     closed: bool = False
-    validator: object = None
+    form: wire.ActionForm | None = None
 
 
 RESET_KEYS = ("seed", "task_id", "episode_id")
@@ -85,43 +74,8 @@ def reset_arguments(*, version, data: dict) -> tuple[str, int]:
     return (str(task_id) if task_id is not None else spaces.task_for_seed(version, seed)), seed
 
 
-def action_validator(*, version, spaces_now: dict | None = None):
-    schema = spaces.openenv_schemas(spaces_now or spaces.version_spaces(version=version))["action"]
-    return _validator(json.dumps(schema, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=512)
-def _validator(schema_json: str):
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
-
-
-def action_of(*, validator, data) -> object:
-    """The studio action inside an OpenEnv action ({"action": ..., "metadata": {...}}), or ActionInvalid."""
-    if not isinstance(data, dict):
-        raise ActionInvalid([{"type": "dict_type", "loc": ["data"], "msg": "The action must be a JSON object", "input": data}])
-    found = [leaf for error in validator.iter_errors(data) for leaf in _closest(error)]
-    errors = [
-        {"type": "json_schema", "loc": ["data", *[str(part) for part in error.absolute_path]],
-         "msg": error.message[:500], "input": error.instance if len(json.dumps(error.instance, default=str)) < 2000 else "…"}
-        for error in sorted(found, key=lambda e: [str(part) for part in e.absolute_path])
-    ]
-    if errors:
-        raise ActionInvalid(errors[:10])
-    return data["action"]
-
-
-def _closest(error) -> list:
-    """The errors of the alternative (anyOf branch) the value came closest to: for a tool call, the
-    branch of the tool it names, so "'name' is a required property" rather than "not valid under any"."""
-    if not error.context:
-        return [error]
-    branches: dict = {}
-    for sub in error.context:
-        branches.setdefault(sub.relative_schema_path[0] if sub.relative_schema_path else 0, []).append(sub)
-    named = [subs for subs in branches.values() if not any(sub.validator == "const" for sub in subs)]
-    if not named:  # no alternative matched its discriminating constant (e.g. an unknown tool name)
-        return [error]
-    return [leaf for sub in min(named, key=len) for leaf in _closest(sub)]
+def action_form_of(*, version, spaces_now: dict | None = None) -> wire.ActionForm:
+    return spaces.action_form(spaces_now or spaces.version_spaces(version=version))
 
 
 def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "openenv") -> ProtocolEpisode:
@@ -134,7 +88,8 @@ def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "
     return ProtocolEpisode(
         episode_id=opened["episode_id"], rollout_id=opened["rollout_id"], task_id=task_id, seed=seed,
         version_label=access.version.label, observation=opened.get("observation"), tools=opened.get("tools") or [],
-        validator=action_validator(version=access.version, spaces_now=spaces_now),
+        reset_info=opened.get("reset_info") or {},
+        form=action_form_of(version=access.version, spaces_now=spaces_now),
     )
 
 
@@ -166,32 +121,3 @@ def episode_belongs(access: Access, episode_id: str) -> bool:
     if route is None or route[1] != access.team.pk:
         return False
     return Rollout.objects.filter(pk=route[2], run__environment_version=access.version).exists()
-
-
-def reset_reply(episode: ProtocolEpisode) -> dict:
-    """OpenEnv's observation reply ({observation, reward, done}) for the start of an episode."""
-    return {"observation": _observation(episode, observation=episode.observation, info={}, terminated=False,
-                                        truncated=False, step=0), "reward": None, "done": False}
-
-
-def step_reply(episode: ProtocolEpisode, step: dict) -> dict:
-    done = bool(step.get("terminated") or step.get("truncated"))
-    return {"observation": _observation(episode, observation=step.get("observation"), info=step.get("info") or {},
-                                        terminated=bool(step.get("terminated")), truncated=bool(step.get("truncated")),
-                                        step=episode.step_count),
-            "reward": step.get("reward"), "done": done}
-
-
-def _observation(episode: ProtocolEpisode, *, observation, info, terminated, truncated, step) -> dict:
-    return {"observation": observation, "info": info, "terminated": terminated, "truncated": truncated,
-            "episode_id": episode.episode_id, "rollout_id": episode.rollout_id, "step": step}
-
-
-def state_of(episode: ProtocolEpisode | None, *, version_label: str) -> dict:
-    """OpenEnv's State (episode_id, step_count) with the studio's facts beside it."""
-    if episode is None:
-        return {"episode_id": None, "step_count": 0, "rollout_id": None, "task_id": None, "seed": None,
-                "version": version_label, "done": False}
-    return {"episode_id": episode.episode_id, "step_count": episode.step_count, "rollout_id": episode.rollout_id,
-            "task_id": episode.task_id, "seed": episode.seed, "version": episode.version_label,
-            "done": episode.done or episode.closed}

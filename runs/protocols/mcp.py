@@ -1,9 +1,15 @@
-"""A version's tools over MCP (streamable HTTP transport, JSON responses) at `<openenv base>/mcp`.
+"""A version's tools over MCP at `<openenv base>/mcp`, in the two ways clients speak to it:
 
-Each MCP session is a studio episode: `initialize` opens it (task and seed from the URL's
-`?task_id=`/`?seed=` query, else chosen by the seed as over OpenEnv; its id is the
-`Mcp-Session-Id`), `tools/call` is a step ({"tool": name, "arguments": {...}}), the call that ends
-the episode verifies it, and DELETE closes it. Same credentials as the OpenEnv routes.
+- MCP's streamable HTTP transport (JSON responses), for MCP clients: each MCP session is a studio
+  episode; `initialize` opens it (task and seed from the URL's `?task_id=`/`?seed=` query, else
+  chosen by the seed as over OpenEnv; its id is the `Mcp-Session-Id`), `tools/call` is a step
+  ({"tool": name, "arguments": {...}}), the call that ends the episode verifies it, DELETE closes it.
+- openenv-core's JSON-RPC (no `initialize`, no session header; runs/protocols/jsonrpc.py), as its
+  MCPToolClient in production mode sends it: `openenv/session/create` opens an episode whose id is
+  the `session_id` later calls name in their params, `openenv/session/close` closes it; a call
+  naming no session is an episode of its own (opened, stepped, closed). Always HTTP 200.
+
+Same credentials as the OpenEnv routes.
 """
 import json
 import logging
@@ -13,9 +19,9 @@ from runs.episodes import interactive
 from studio.errors import DomainError
 from studio.revocation import revocation_unwatch, revocation_watch
 
-from . import driver, spaces
+from . import driver, jsonrpc, spaces, wire
 from .keys import AccessRefused
-from .openenv import access_of, dumps, read_body, respond
+from .openenv import access_of, dumps, http_episode, read_body, respond
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +58,8 @@ async def serve_mcp(scope, receive, send, match) -> None:
     except (AccessRefused, DomainError) as refused:
         return await respond(send, refused.status, _error(None, INVALID_REQUEST, str(refused)))
     session_id = _header(scope, SESSION_HEADER)
+    if method == "POST" and session_id is None:
+        return await _serve_openenv(access, scope, send, body)
     if session_id and not await driver.in_thread(driver.episode_belongs, access, session_id):
         return await respond(send, 404, _error(None, INVALID_REQUEST, f"No open MCP session {session_id} of {access.version.label}."))
     if method == "DELETE":
@@ -76,9 +84,7 @@ async def serve_mcp(scope, receive, send, match) -> None:
     if name == "ping":
         return await respond(send, 200, _result(request_id, {}))
     if name not in ("tools/list", "tools/call"):
-        return await respond(send, 404 if session_id is None else 200, _error(request_id, METHOD_NOT_FOUND, f"Method not found: {name}"))
-    if not session_id:
-        return await respond(send, 400, _error(request_id, INVALID_REQUEST, "Missing Mcp-Session-Id: send initialize first."))
+        return await respond(send, 200, _error(request_id, METHOD_NOT_FOUND, f"Method not found: {name}"))
     if name == "tools/list":
         found = await driver.in_thread(spaces.version_spaces, version=access.version)
         tools = [{"name": t["name"], "description": t["description"], "inputSchema": t["parameters"]}
@@ -86,6 +92,73 @@ async def serve_mcp(scope, receive, send, match) -> None:
         return await respond(send, 200, _result(request_id, {"tools": tools}))
     status, reply = await _call_tool(access, session_id, request_id, params)
     return await respond(send, status, reply)
+
+
+async def _serve_openenv(access, scope, send, body: bytes) -> None:
+    """A request without an MCP session: MCP's `initialize` (and its notifications, `ping`) go the
+    transport's way, everything else is openenv-core's JSON-RPC."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return await respond(send, 200, jsonrpc.error(jsonrpc.PARSE_ERROR))
+    notification = str(message.get("method") or "").startswith("notifications/") if isinstance(message, dict) else False
+    if isinstance(message, dict) and (message.get("method") in ("initialize", "ping") or notification):
+        if notification:
+            return await _accepted(send)
+        if message["method"] == "ping":
+            return await respond(send, 200, _result(message.get("id"), {}))
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        status, reply, headers = await _initialize(access, scope, message.get("id"), params)
+        return await respond(send, status, reply, headers=headers)
+    problem = jsonrpc.request_problem(message)
+    if problem:
+        return await respond(send, 200, jsonrpc.error(jsonrpc.INVALID_REQUEST, problem))
+    await respond(send, 200, await jsonrpc.answer(message, HttpPeer(access)))
+
+
+class HttpPeer:
+    """openenv-core's HTTP MCP sessions (jsonrpc.McpPeer): a session is an episode of the `mcp` agent."""
+
+    def __init__(self, access):
+        self.access = access
+
+    async def _episode(self, session_id: str) -> driver.ProtocolEpisode:
+        if not await driver.in_thread(driver.episode_belongs, self.access, session_id):
+            raise jsonrpc.SessionUnknown(session_id)
+        return await driver.in_thread(http_episode, self.access, session_id)
+
+    async def tools(self, session_id):
+        if session_id:
+            episode = await self._episode(session_id)
+            listed = spaces.tool_list(episode.tools)
+        else:
+            listed = spaces.tool_list((await driver.in_thread(spaces.version_spaces, version=self.access.version))["tools"])
+        return listed or None
+
+    async def call(self, session_id, name: str, arguments: dict) -> dict:
+        opened = session_id is None
+        if opened:  # as openenv-core's stateless call: an episode for this call alone
+            task_id, seed = driver.reset_arguments(version=self.access.version, data={})
+            episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed, agent_name="mcp")
+        else:
+            episode = await self._episode(session_id)
+        try:
+            step = await driver.episode_step(self.access, episode, {"tool": name, "arguments": arguments})
+        finally:
+            if opened or episode.done:
+                await driver.in_thread(_close, self.access, episode.episode_id)
+        return wire.call_result(step, episode=episode)
+
+    async def create(self) -> str:
+        task_id, seed = driver.reset_arguments(version=self.access.version, data={})
+        episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed, agent_name="mcp")
+        _watch_session(self.access, episode.episode_id)
+        return episode.episode_id
+
+    async def close(self, session_id: str) -> None:
+        if not await driver.in_thread(driver.episode_belongs, self.access, session_id):
+            raise jsonrpc.SessionUnknown(session_id)
+        await driver.in_thread(_close, self.access, session_id)
 
 
 async def _accepted(send) -> None:
@@ -145,12 +218,11 @@ async def _call_tool(access, session_id: str, request_id, params: dict):
     found = await driver.in_thread(spaces.version_spaces, version=access.version)
     if name not in {t["name"] for t in spaces.tool_list(found["tools"])}:
         return 200, _error(request_id, INVALID_PARAMS, f"Unknown tool: {name!r}")
-    validator = driver.action_validator(version=access.version, spaces_now=found)
-    try:
-        action = driver.action_of(validator=validator, data={"action": {"tool": name, "arguments": arguments}})
-    except driver.ActionInvalid as exc:
-        problems = "; ".join(f"{'.'.join(error['loc'][3:]) or 'arguments'}: {error['msg']}" for error in exc.errors)
-        return 200, _error(request_id, INVALID_PARAMS, f"Invalid arguments for {name}: {problems}")
+    spec = next(spec for spec in spaces.tool_list(found["tools"]) if spec["name"] == name)
+    problem = wire.tool_arguments_problem(spec, arguments) if isinstance(arguments, dict) else "arguments must be an object"
+    if problem:
+        return 200, _error(request_id, INVALID_PARAMS, f"Invalid arguments for {name}: {problem}")
+    action = {"tool": name, "arguments": arguments}
     try:
         step = await interactive.episode_step_remote_async(team=access.team, episode_id=session_id, action=action)
     except interactive.EpisodeNotFound:

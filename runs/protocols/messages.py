@@ -27,6 +27,11 @@ class WSCloseMessage(_Message):
     type: Literal["close"] = "close"
 
 
+class WSMCPMessage(_Message):
+    type: Literal["mcp"] = "mcp"
+    data: dict[str, Any]
+
+
 class ResetRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -42,7 +47,8 @@ class StepRequest(BaseModel):
     request_id: str | None = Field(default=None, max_length=255)
 
 
-WS_MESSAGES = {"reset": WSResetMessage, "step": WSStepMessage, "state": WSStateMessage, "close": WSCloseMessage}
+WS_MESSAGES = {"reset": WSResetMessage, "step": WSStepMessage, "state": WSStateMessage, "close": WSCloseMessage,
+               "mcp": WSMCPMessage}
 
 
 def plainly_valid(kind: str, data: dict) -> bool:
@@ -55,9 +61,16 @@ def parse(kind: str, data: dict) -> BaseModel:
     return WS_MESSAGES[kind].model_validate(data)
 
 
-def errors_of(exc: ValidationError, prefix: list | None = None) -> list[dict]:
-    """pydantic's errors as JSON (OpenEnv sends `e.errors()`), without the URL field."""
-    return [
-        {"type": error["type"], "loc": [*(prefix or []), *error["loc"]], "msg": error["msg"], "input": error.get("input")}
-        for error in exc.errors(include_url=False, include_context=False)
-    ]
+def errors_of(exc: ValidationError, prefix: list | None = None, *, url: bool = True) -> list[dict]:
+    """pydantic's errors as JSON: a websocket message's as OpenEnv sends `e.errors()` (with `url`), an
+    HTTP body's as FastAPI answers them (`prefix=["body"]`, `url=False`)."""
+    errors = []
+    for error in exc.errors(include_url=url):
+        shaped = {"type": error["type"], "loc": [*(prefix or []), *error["loc"]], "msg": error["msg"], "input": error.get("input")}
+        if error.get("ctx"):
+            shaped["ctx"] = {key: value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+                             for key, value in error["ctx"].items()}
+        if url and error.get("url"):
+            shaped["url"] = error["url"]
+        errors.append(shaped)
+    return errors

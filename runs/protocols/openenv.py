@@ -1,9 +1,12 @@
 """OpenEnv's wire protocol for every environment version, under /openenv/<team>/<slug>@<n>/ (with
 `/k/<key>` after it when the credential rides in the URL): the WebSocket session at `/ws` (reset,
-step, state, close; replies `observation`, `state`, `error` with OpenEnv's error codes), HTTP
-`/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`, and MCP at `/mcp` (runs/protocols/mcp.py).
+step, state, mcp, close; replies `observation`, `state`, `mcp`, `error` with OpenEnv's error codes),
+HTTP `/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`, `/openapi.json`, `/docs`,
+`/redoc`, and MCP at `/mcp` (runs/protocols/mcp.py).
 
-Shapes follow openenv-core 0.3.0 (env_server/http_server.py and types.py). Served straight from
+Status codes and JSON shapes are openenv-core 0.3.0's `create_app` over the same environment
+(env_server/http_server.py; payloads built in runs/protocols/wire.py, MCP in jsonrpc.py);
+tests/protocols/test_openenv_parity.py replays one message sequence against both. Served straight from
 ASGI like the session step routes, so a step is one Redis round trip to the episode host. Over
 HTTP, which OpenEnv keeps stateless, the studio's episode id travels in the observation and is sent
 back with `/step`, `/state` and `/close`.
@@ -22,7 +25,7 @@ from studio.revocation import revocation_unwatch, revocation_watch
 from runs.episodes import interactive
 from runs.sessions.fast_path import MAX_BODY_BYTES, read_body
 
-from . import driver, messages, spaces
+from . import driver, jsonrpc, messages, openapi, spaces, wire
 from .keys import AccessRefused, access_resolve
 
 logger = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ PATH = re.compile(
 )
 MAX_MESSAGE_BYTES = 25 * 1024 * 1024
 HTTP_ROUTES = {("GET", "/health"), ("GET", "/metadata"), ("GET", "/schema"), ("GET", "/state"), ("POST", "/reset"),
-               ("POST", "/step"), ("POST", "/close")}
+               ("POST", "/step"), ("POST", "/close"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
 
 # OpenEnv's websocket error codes (types.WSErrorCode).
 INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR = "INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR"
@@ -118,10 +121,11 @@ class OpenEnvSession:
                 await self._error(f"Invalid JSON: {exc}", INVALID_JSON)
                 continue
             if not isinstance(data, dict):
-                await self._error("Invalid message", VALIDATION_ERROR, errors=[{"type": "dict_type", "loc": [], "msg": "A message must be a JSON object", "input": data}])
+                # (openenv-core ends the session here with a SESSION_ERROR; the studio says what is wrong and stays)
+                await self._error("Invalid message", VALIDATION_ERROR, errors=[{"type": "dict_type", "loc": [], "msg": "Input should be a valid dictionary", "input": data}])
                 continue
             kind = data.get("type", "")
-            handler = {"reset": self._reset, "step": self._step, "state": self._state, "close": None}.get(kind, "unknown")
+            handler = {"reset": self._reset, "step": self._step, "state": self._state, "mcp": self._mcp, "close": None}.get(kind, "unknown")
             if handler == "unknown":
                 await self._error(f"Unknown message type: {kind}", UNKNOWN_TYPE)
                 continue
@@ -145,28 +149,39 @@ class OpenEnvSession:
         except driver.ResetInvalid as exc:
             return await self._error("Invalid message", VALIDATION_ERROR, errors=exc.errors)
         try:
-            self.episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed)
+            self.episode = await self._open(task_id=task_id, seed=seed)
         except DomainError as exc:
             code = {429: CAPACITY_REACHED, 409: FACTORY_ERROR, 400: VALIDATION_ERROR}.get(exc.status, SESSION_ERROR)
             return await self._error(exc.message, code)
-        await self._reply("observation", driver.reset_reply(self.episode))
+        await self._reply("observation", wire.reset_payload(self.episode, info=self.episode.reset_info))
+
+    async def _open(self, *, task_id: str | None = None, seed: int | None = None) -> driver.ProtocolEpisode:
+        if task_id is None:
+            task_id, seed = driver.reset_arguments(version=self.access.version, data={})
+        return await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed)
 
     async def _step(self, data: dict) -> None:
         if self.episode is None:
             return await self._error("No episode is open: send `reset` first (a `close` ends the episode).", EXECUTION_ERROR)
         try:
-            action = driver.action_of(validator=self.episode.validator, data=data["data"])
-        except driver.ActionInvalid as exc:
-            return await self._error(f"The action does not fit {self.access.version.label}'s action schema: {exc}",
-                                     VALIDATION_ERROR, errors=exc.errors)
+            parsed = wire.action_parse(self.episode.form, data["data"])
+        except wire.ActionInvalid as exc:
+            return await self._error("Invalid message", VALIDATION_ERROR, errors=exc.errors)
         try:
-            step = await driver.episode_step(self.access, self.episode, action)
+            payload = await act(self.access, self.episode, parsed)
         except DomainError as exc:
             return await self._error(exc.message, EXECUTION_ERROR)
-        await self._reply("observation", driver.step_reply(self.episode, step))
+        await self._reply("observation", payload)
 
     async def _state(self, data: dict) -> None:
-        await self._reply("state", driver.state_of(self.episode, version_label=self.access.version.label))
+        await self._reply("state", await state_of(self.access, self.episode))
+
+    async def _mcp(self, data: dict) -> None:
+        request = data["data"]
+        problem = jsonrpc.request_problem(request)
+        if problem:
+            return await self._reply("mcp", jsonrpc.error(jsonrpc.INVALID_REQUEST, problem))
+        await self._reply("mcp", await jsonrpc.answer(request, SessionPeer(self)))
 
     async def _close_episode(self) -> None:
         episode, self.episode = self.episode, None
@@ -184,6 +199,69 @@ class OpenEnvSession:
 
     async def _error(self, message: str, code: str, **extra) -> None:
         await self._reply("error", {"message": message, "code": code, **extra})
+
+
+class SessionPeer:
+    """MCP calls of a websocket session (jsonrpc.McpPeer): tools are its episode's, a call is a step
+    of it (opened as a reset with no arguments would be, if none is open yet, as tools need no reset)."""
+
+    def __init__(self, session: OpenEnvSession):
+        self.session = session
+
+    async def _episode(self) -> driver.ProtocolEpisode:
+        if self.session.episode is None:
+            self.session.episode = await self.session._open()
+        return self.session.episode
+
+    async def tools(self, session_id):
+        form = (await self._episode()).form  # what the episode's environment reported
+        return list(form.tools) if form.kind == "tools" else None
+
+    async def call(self, session_id, name: str, arguments: dict) -> dict:
+        episode = await self._episode()
+        step = await driver.episode_step(self.session.access, episode, {"tool": name, "arguments": arguments})
+        return wire.call_result(step, episode=episode)
+
+    async def create(self) -> str:
+        return (await self._episode()).episode_id
+
+    async def close(self, session_id: str) -> None:
+        if self.session.episode is not None and session_id == self.session.episode.episode_id:
+            raise jsonrpc.SessionRefused("Cannot close active WebSocket-managed session via MCP method")
+        raise jsonrpc.SessionUnknown(session_id)
+
+
+async def act(access, episode: driver.ProtocolEpisode, parsed: tuple) -> dict:
+    """The observation reply to a parsed action (wire.action_parse): a step of the episode, or for
+    MCP's actions a tool list or a tool call (an unknown tool or bad arguments never reach it)."""
+    kind, value = parsed
+    tools = list(episode.form.tools) if episode.form is not None else []
+    if kind == "list":
+        return wire.list_tools_payload(tools, facts=wire.facts_of(episode, step=episode.step_count))
+    if kind == "call":
+        name, arguments = value
+        spec = next((spec for spec in tools if spec["name"] == name), None)
+        facts = wire.facts_of(episode, step=episode.step_count)
+        if spec is None:
+            return wire.tool_error_payload(name, "tool_not_found", f"Unknown tool: {name!r}", facts=facts)
+        problem = wire.tool_arguments_problem(spec, arguments)
+        if problem:
+            return wire.tool_error_payload(name, "invalid_args", f"Invalid arguments for {name}: {problem}", facts=facts)
+        step = await driver.episode_step(access, episode, {"tool": name, "arguments": arguments})
+        return wire.call_tool_payload(episode, name, step)
+    step = await driver.episode_step(access, episode, value)
+    return wire.step_payload(episode, step)
+
+
+async def state_of(access, episode: driver.ProtocolEpisode | None) -> dict:
+    """OpenEnv's State of an episode: its environment's own state() as its host holds it."""
+    if episode is None:
+        return wire.state_payload(None, None, version_label=access.version.label)
+    try:
+        seen = await driver.in_thread(interactive.episode_observe, team=access.team, episode_id=episode.episode_id)
+    except DomainError:  # its host let it go (ended, idle): what this connection knows of it
+        seen = {"done": True}
+    return wire.state_payload(episode, seen, version_label=access.version.label)
 
 
 async def websocket_not_found(scope, receive, send, detail: str = "Not Found") -> None:
@@ -206,7 +284,7 @@ async def websocket_not_found(scope, receive, send, detail: str = "Not Found") -
 async def serve_http(scope, receive, send, match, route: str) -> None:
     method = scope["method"]
     if (method, route) not in HTTP_ROUTES:
-        known = {path for _, path in HTTP_ROUTES}
+        known = {path for _, path in HTTP_ROUTES} | {"/mcp"}
         return await respond(send, 405 if route in known else 404, {"detail": "Method Not Allowed" if route in known else "Not Found"})
     if route == "/health":
         return await respond(send, 200, {"status": "healthy"})
@@ -217,9 +295,12 @@ async def serve_http(scope, receive, send, match, route: str) -> None:
         access = await access_of(scope, match)
     except (AccessRefused, DomainError) as refused:
         return await respond(send, refused.status, {"detail": str(refused)})
+    if route in PAGES:
+        base_path = scope["path"][: len(scope["path"]) - len(match["rest"] or "")]
+        return await respond_html(send, PAGES[route](openapi_url=f"{base_path}/openapi.json"))
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     try:
-        status, payload = await HTTP_HANDLERS[route](access, body, query)
+        status, payload = await HTTP_HANDLERS[route](access, body, query, scope=scope, match=match)
     except HttpRefused as refused:
         status, payload = refused.status, {"detail": refused.detail}
     except DomainError as exc:
@@ -234,6 +315,7 @@ class HttpRefused(Exception):
 
 
 def _json_body(body: bytes, *, default: dict | None = None) -> dict:
+    """The JSON object of a request body, or FastAPI's 422 for the same body."""
     if not body.strip():
         if default is not None:
             return default
@@ -241,26 +323,30 @@ def _json_body(body: bytes, *, default: dict | None = None) -> dict:
     try:
         data = json.loads(body)
     except ValueError as exc:
-        raise HttpRefused(422, [{"type": "json_invalid", "loc": ["body", 0], "msg": f"JSON decode error: {exc}", "input": {}}]) from None
+        raise HttpRefused(422, [{"type": "json_invalid", "loc": ["body", getattr(exc, "pos", 0)], "msg": "JSON decode error",
+                                 "input": {}, "ctx": {"error": getattr(exc, "msg", str(exc))}}]) from None
     if not isinstance(data, dict):
-        raise HttpRefused(422, [{"type": "model_attributes_type", "loc": ["body"], "msg": "Input should be a valid dictionary or object", "input": data}])
+        raise HttpRefused(422, [{"type": "model_attributes_type", "loc": ["body"],
+                                 "msg": "Input should be a valid dictionary or object to extract fields from", "input": data}])
     return data
 
 
-def _episode_id(data: dict, where: str = "body") -> str:
+def _episode_id(data: dict) -> str:
     episode_id = data.get("episode_id")
     if not isinstance(episode_id, str) or not episode_id:
-        raise HttpRefused(422, [{"type": "missing", "loc": [where, "episode_id"], "input": episode_id,
-                                 "msg": "Field required: the episode_id from /reset's observation (HTTP is stateless)"}])
+        # HTTP keeps no session: a step names its episode (openenv-core's stateless step has none to name).
+        raise HttpRefused(422, [{"type": "missing" if episode_id is None else "string_type", "loc": ["body", "episode_id"],
+                                 "msg": "Field required" if episode_id is None else "Input should be a valid string",
+                                 "input": data if episode_id is None else episode_id}])
     return episode_id
 
 
-async def _http_reset(access, body, query):
+async def _http_reset(access, body, query, **_):
     data = _json_body(body, default={})
     try:
         request = messages.ResetRequest.model_validate(data)
     except ValidationError as exc:
-        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"])) from None
+        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"], url=False)) from None
     # OpenEnv's `episode_id` names an episode of the caller's choosing; the studio makes its own.
     arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items() if key in ("seed", "task_id")}
     try:
@@ -268,30 +354,29 @@ async def _http_reset(access, body, query):
     except driver.ResetInvalid as exc:
         raise HttpRefused(422, [{**error, "loc": ["body", *error["loc"][1:]]} for error in exc.errors]) from None
     episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed)
-    return 200, driver.reset_reply(episode)
+    return 200, wire.reset_payload(episode, info=episode.reset_info)
 
 
-async def _http_step(access, body, query):
+async def _http_step(access, body, query, **_):
     data = _json_body(body)
     try:
         request = messages.StepRequest.model_validate(data)
     except ValidationError as exc:
-        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"])) from None
-    episode_id = _episode_id(data)
-    validator = await driver.in_thread(driver.action_validator, version=access.version)
+        raise HttpRefused(422, messages.errors_of(exc, prefix=["body"], url=False)) from None
+    form = await driver.in_thread(driver.action_form_of, version=access.version)
     try:
-        action = driver.action_of(validator=validator, data=request.action)
-    except driver.ActionInvalid as exc:
-        raise HttpRefused(422, [{**error, "loc": ["body", "action", *error["loc"][1:]]} for error in exc.errors]) from None
-    episode = await driver.in_thread(_http_episode, access, episode_id)
-    step = await driver.episode_step(access, episode, action)
-    reply = driver.step_reply(episode, step)
+        parsed = wire.action_parse(form, request.action)
+    except wire.ActionInvalid as exc:
+        raise HttpRefused(422, exc.errors) from None  # as openenv-core: the action model's own errors
+    episode = await driver.in_thread(http_episode, access, _episode_id(data))
+    episode.form = form
+    reply = await act(access, episode, parsed)
     if reply["done"]:  # no close message over HTTP: the episode's end verifies and ends the rollout
         await driver.in_thread(driver.episode_close, access, episode)
     return 200, reply
 
 
-def _http_episode(access, episode_id: str) -> driver.ProtocolEpisode:
+def http_episode(access, episode_id: str) -> driver.ProtocolEpisode:
     """An open episode of this version named by its id (steps need its rollout's facts)."""
     seen = interactive.episode_observe(team=access.team, episode_id=episode_id)
     rollout = Rollout.objects.filter(pk=seen["rollout_id"], run__environment_version=access.version).first()
@@ -300,33 +385,37 @@ def _http_episode(access, episode_id: str) -> driver.ProtocolEpisode:
     return driver.ProtocolEpisode(
         episode_id=episode_id, rollout_id=rollout.pk, task_id=rollout.task_id, seed=rollout.seed,
         version_label=access.version.label, observation=seen.get("observation"), step_count=seen.get("step_count") or 0,
-        done=bool(seen.get("done")),
+        done=bool(seen.get("done")), tools=seen.get("tools") or [],
     )
 
 
-async def _http_state(access, body, query):
+async def _http_state(access, body, query, **_):
     episode_id = (query.get("episode_id") or [None])[0]
-    if episode_id is None:
-        return 200, driver.state_of(None, version_label=access.version.label)
-    episode = await driver.in_thread(_http_episode, access, episode_id)
-    return 200, driver.state_of(episode, version_label=access.version.label)
+    episode = await driver.in_thread(http_episode, access, episode_id) if episode_id else None
+    return 200, await state_of(access, episode)
 
 
-async def _http_close(access, body, query):
+async def _http_close(access, body, query, **_):
     episode_id = _episode_id(_json_body(body))
-    episode = await driver.in_thread(_http_episode, access, episode_id)
+    episode = await driver.in_thread(http_episode, access, episode_id)
     rollout = await driver.in_thread(driver.episode_close, access, episode)
     return 200, {"episode_id": episode_id, "closed": True, "rollout_id": episode.rollout_id,
                  "status": getattr(rollout, "status", None)}
 
 
-async def _http_schema(access, body, query):
+async def _http_schema(access, body, query, **_):
     found = await driver.in_thread(spaces.version_spaces, version=access.version)
     return 200, spaces.openenv_schemas(found)
 
 
-async def _http_metadata(access, body, query):
+async def _http_metadata(access, body, query, **_):
     return 200, await driver.in_thread(metadata_of, access.version)
+
+
+async def _http_openapi(access, body, query, *, scope, match):
+    found = await driver.in_thread(spaces.version_spaces, version=access.version)
+    base_path = scope["path"][: len(scope["path"]) - len(match["rest"] or "")]
+    return 200, openapi.openapi_document(version=access.version, schemas=spaces.openenv_schemas(found), base_path=base_path)
 
 
 def metadata_of(version) -> dict:
@@ -344,7 +433,8 @@ def metadata_of(version) -> dict:
 
 
 HTTP_HANDLERS = {"/reset": _http_reset, "/step": _http_step, "/state": _http_state, "/close": _http_close,
-                 "/schema": _http_schema, "/metadata": _http_metadata}
+                 "/schema": _http_schema, "/metadata": _http_metadata, "/openapi.json": _http_openapi}
+PAGES = {"/docs": openapi.docs_page, "/redoc": openapi.redoc_page}
 
 
 # -- plumbing ---------------------------------------------------------------------------------------
@@ -352,6 +442,13 @@ HTTP_HANDLERS = {"/reset": _http_reset, "/step": _http_step, "/state": _http_sta
 
 def dumps(payload) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+async def respond_html(send, page: str) -> None:
+    body = page.encode("utf-8")
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def respond(send, status: int, payload, headers: list | None = None) -> None:

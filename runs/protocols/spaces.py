@@ -12,6 +12,8 @@ import json
 from runs.episodes import routing
 from runs.episodes.setup import task_of
 
+from . import wire
+
 SEEN_TTL_S = 7 * 24 * 3600
 
 
@@ -59,14 +61,15 @@ def _seen_key(version) -> str:
 
 
 def spaces_remember(*, version, opened: dict) -> None:
-    """Keep what an opened episode reported (tools, action space) as the version's published ones."""
-    seen = {"tools": opened.get("tools") or [], "action_space": opened.get("action_space")}
+    """Keep what an opened episode reported (tools, action space and schema) as the version's published ones."""
+    seen = {"tools": opened.get("tools") or [], "action_space": opened.get("action_space"),
+            "action_schema": opened.get("action_schema")}
     routing.client().set(_seen_key(version), json.dumps(seen), ex=SEEN_TTL_S)
 
 
 def version_spaces(*, version, task_id: str | None = None) -> dict:
-    """{"action_space", "observation_space", "tools"}: descriptions (or None when not known)."""
-    tools, action_space, observation_space = [], None, None
+    """{"action_space", "observation_space", "action_schema", "tools"}: descriptions (or None when not known)."""
+    tools, action_space, observation_space, action_schema = [], None, None, None
     env_id = gymnasium_id_of(version)
     if env_id is not None:
         ids = task_ids_of(version)
@@ -80,7 +83,8 @@ def version_spaces(*, version, task_id: str | None = None) -> dict:
         seen = json.loads(raw)
         tools = seen.get("tools") or []
         action_space = action_space or seen.get("action_space")
-    return {"action_space": action_space, "observation_space": observation_space, "tools": tools}
+        action_schema = seen.get("action_schema")
+    return {"action_space": action_space, "observation_space": observation_space, "action_schema": action_schema, "tools": tools}
 
 
 def space_schema(space: dict | None) -> dict:
@@ -148,40 +152,36 @@ def tool_list(tools: list[dict]) -> list[dict]:
     return listed
 
 
-def action_value_schema(spaces: dict) -> dict:
-    if spaces.get("tools"):
-        return tool_call_schema(spaces["tools"])
-    return space_schema(spaces.get("action_space"))
+def action_form(spaces: dict) -> wire.ActionForm:
+    """How this version's OpenEnv actions look (wire.ActionForm), from its published spaces."""
+    value_schema = tool_call_schema(spaces["tools"]) if spaces.get("tools") else space_schema(spaces.get("action_space"))
+    return wire.action_form(action_schema=spaces.get("action_schema"), tools=tool_list(spaces.get("tools") or []),
+                            value_schema=value_schema)
 
 
 def openenv_schemas(spaces: dict) -> dict:
-    """OpenEnv's `/schema`: action, observation and state JSON schemas."""
-    metadata = {"type": "object", "additionalProperties": True, "title": "Metadata"}
-    action = {
-        "title": "StudioAction", "type": "object", "additionalProperties": False, "required": ["action"],
-        "properties": {"action": {"title": "Action", **action_value_schema(spaces)}, "metadata": metadata},
-    }
+    """OpenEnv's `/schema`: action, observation and state JSON schemas in pydantic's form."""
+    metadata = {"additionalProperties": True, "description": "Additional metadata for the observation",
+                "title": "Metadata", "type": "object"}
+    observation_space = spaces.get("observation_space")
+    fields = {"observation": {"title": "Observation", **space_schema(observation_space)}} if observation_space else {}
     observation = {
-        "title": "StudioObservation", "type": "object", "additionalProperties": False,
+        "additionalProperties": not fields, "title": "StudioObservation", "type": "object", "required": list(fields),
         "properties": {
-            "observation": {"title": "Observation", **space_schema(spaces.get("observation_space"))},
-            "info": {"type": "object", "title": "Info"},
-            "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"},
-            "episode_id": {"type": "string"}, "rollout_id": {"type": "integer"}, "step": {"type": "integer"},
-            "done": {"type": "boolean", "default": False},
-            "reward": {"anyOf": [{"type": "number"}, {"type": "null"}], "default": None},
-            "metadata": metadata,
+            "done": {"default": False, "description": "Whether the episode has terminated", "title": "Done", "type": "boolean"},
+            "reward": {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"}, {"type": "null"}],
+                       "default": None, "description": "Reward signal from the last action", "title": "Reward"},
+            "metadata": metadata, **fields,
         },
     }
     state = {
-        "title": "StudioState", "type": "object", "additionalProperties": True,
+        "additionalProperties": True, "title": "State", "type": "object",
+        "description": "The environment's own state() fields beside these; the studio's facts in metadata.",
         "properties": {
-            "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-            "step_count": {"type": "integer", "minimum": 0, "default": 0},
-            "rollout_id": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-            "task_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-            "seed": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-            "version": {"type": "string"}, "done": {"type": "boolean"},
+            "episode_id": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None,
+                           "description": "Unique identifier for the current episode", "title": "Episode Id"},
+            "step_count": {"default": 0, "description": "Number of steps taken in the current episode", "minimum": 0,
+                           "title": "Step Count", "type": "integer"},
         },
     }
-    return {"action": action, "observation": observation, "state": state}
+    return {"action": action_form(spaces).openenv_schema(), "observation": observation, "state": state}

@@ -505,6 +505,8 @@ class ProcessSandbox:
         # screenshot {"type": "image/jpeg", "base64": ...}; the worker stores it as the step's file.
         self.last_artifact: dict | None = None
         self.reset_info: dict = {}
+        self.action_schema: dict | None = None  # the environment's `action_schema` (reported at reset)
+        self.env_state: dict | None = None  # the environment's `state()` after its last reset or step
         self.observation_error: str | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -792,6 +794,7 @@ class ProcessSandbox:
             self.action_space = result.get("action_space")
             self.last_artifact = result.get("artifact")
             self.reset_info = result.get("info") or {}
+            self.action_schema, self.env_state = result.get("action_schema"), result.get("state")
             return result["observation"]
         return None
 
@@ -802,6 +805,7 @@ class ProcessSandbox:
         self.last_artifact = result.get("artifact")
         # An observation over the version's limit: the step is real, its observation is not sent.
         self.observation_error = result.get("observation_error")
+        self.env_state = result.get("state")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:

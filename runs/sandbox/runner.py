@@ -292,12 +292,17 @@ class Runner:
         observation, too_large = self.observation(observation, "reset() observation")
         if too_large:
             raise LimitExceeded(too_large)
+        try:
+            action_schema = self.json(getattr(env, "action_schema", None), "action_schema")
+        except Exception:
+            action_schema = None
         result = {
             "observation": observation,
             "action_space": action_space,
+            "action_schema": action_schema if isinstance(action_schema, dict) else None,
             "info": self.info(getattr(env, "reset_info", None), "reset info"),
         }
-        return self._with_artifact(env, result)
+        return self._with_state(env, self._with_artifact(env, result))
 
     def op_step(self, message):
         self._require("env", "step")
@@ -324,7 +329,24 @@ class Runner:
         if too_large:
             # The rest of the step is real: the worker records it with the reason and ends the episode.
             result["observation_error"] = too_large
-        return self._with_artifact(env, result)
+        return self._with_state(env, self._with_artifact(env, result))
+
+    def _with_state(self, env, result):
+        """Add the env's own state (`state()`: a JSON object the protocols serve at /state) when it has one."""
+        state = getattr(env, "state", None)
+        if not callable(state):
+            return result
+        # Only the protocols' /state reads it: a failing or odd state() never costs the step.
+        try:
+            value = self.info(state(), "state()")
+        except Exception as exc:  # noqa: BLE001 - reported beside the step, which stands
+            result["state_error"] = f"state() failed: {type(exc).__name__}: {exc}"[:500]
+            return result
+        if isinstance(value, dict):
+            result["state"] = value
+        else:
+            result["state_error"] = f"state() must return a JSON object, not {type(value).__name__}"
+        return result
 
     def _with_artifact(self, env, result):
         """Add the env's side result of this call (`take_artifact()`: a screenshot) when it has one."""

@@ -264,6 +264,8 @@ class EpisodeLease:
         self.action_space: dict | None = None
         self.last_artifact: dict | None = None
         self.reset_info: dict = {}
+        self.action_schema: dict | None = None  # the environment's `action_schema` (reported at reset)
+        self.env_state: dict | None = None  # the environment's `state()` after its last reset or step
         self.observation_error: str | None = None
         self.reset_sent = False  # the runner may hold an instance for this episode (reset may have raised)
         self.was_reset = False
@@ -323,6 +325,7 @@ class EpisodeLease:
         self.action_space = result.get("action_space")
         self.last_artifact = result.get("artifact")
         self.reset_info = result.get("info") or {}
+        self.action_schema, self.env_state = result.get("action_schema"), result.get("state")
         return result["observation"]
 
     def step(self, action: Any) -> StepResult:
@@ -332,6 +335,7 @@ class EpisodeLease:
         self._check_deadline("step")
         self.last_artifact = result.get("artifact")
         self.observation_error = result.get("observation_error")
+        self.env_state = result.get("state")
         return StepResult(result["observation"], result["reward"], result["terminated"], result["truncated"], result["info"])
 
     def verify(self, timeout: float | None = None) -> tuple[float | None, str]:

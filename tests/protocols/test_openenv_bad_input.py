@@ -39,7 +39,7 @@ def test_malformed_messages_get_openenv_error_codes_and_the_session_goes_on(open
         "{not json",
         {"type": "dance"},
         ["a", "list"],
-        {"type": "step", "data": {"action": {"tool": "list_items", "arguments": {"category": "tools"}}}},  # before reset
+        {"type": "step", "data": {"type": "call_tool", "tool_name": "list_items", "arguments": {"category": "tools"}}},  # before reset
         {"type": "reset", "data": {"seed": 1, "task": "q1"}},  # a misspelt parameter
         {"type": "reset", "data": {"task_id": "nope"}},
         {"type": "reset", "data": {"seed": -3}},
@@ -65,21 +65,26 @@ def test_malformed_messages_get_openenv_error_codes_and_the_session_goes_on(open
 def test_an_action_failing_the_schema_is_refused_and_not_recorded(openenv_of, inventory, owner):
     base = openenv_of(inventory, owner)["base_url"]
     with GenericEnvClient(base_url=base).sync() as env:
-        rollout_id = env.reset(task_id="q1", seed=0).observation["rollout_id"]
-        with pytest.raises(RuntimeError, match=r"action schema.*\(code: VALIDATION_ERROR\)"):
-            env.step({"action": {"tool": "fly_away", "arguments": {}}})
+        rollout_id = env.reset(task_id="q1", seed=0).observation["metadata"]["rollout_id"]
+        # As MCPEnvironment answers: an unknown tool or bad arguments are the call's error, not a step.
+        unknown = env.step({"type": "call_tool", "tool_name": "fly_away", "arguments": {}}).observation
+        assert unknown["error"]["error_type"] == "tool_not_found" and unknown["result"] is None
+        bad = env.step({"type": "call_tool", "tool_name": "lookup_item", "arguments": {"nom": "x"}}).observation
+        assert bad["error"]["error_type"] == "invalid_args" and "name: Field required" in bad["error"]["message"]
+        with pytest.raises(RuntimeError, match=r"Invalid message \(code: VALIDATION_ERROR\)"):
+            env.step({"tool": "lookup_item", "arguments": {"name": "x"}})  # neither call_tool nor list_tools
         with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
-            env.step({"tool": "lookup_item", "arguments": {"name": "x"}})  # not wrapped in {"action": ...}
+            env.step({"type": "call_tool", "tool_name": 5})
         assert env.state()["step_count"] == 0
-        result = env.step({"action": {"tool": "lookup_item", "arguments": {"name": "hex bolt"}}})
-        assert result.observation["observation"]["last_tool_result"]["quantity"] == 350
+        result = env.step({"type": "call_tool", "tool_name": "lookup_item", "arguments": {"name": "hex bolt"}})
+        assert result.observation["result"]["data"]["last_tool_result"]["quantity"] == 350
     wait_for(lambda: Rollout.objects.get(pk=rollout_id).status != RolloutStatus.RUNNING, 10, "the episode to close")
     assert Rollout.objects.get(pk=rollout_id).step_count == 1
     # Over HTTP the same refusal is FastAPI's 422 shape, naming the field.
-    episode_id = httpx.post(f"{base}/reset", json={"task_id": "q1"}).json()["observation"]["episode_id"]
-    refused = httpx.post(f"{base}/step", json={"action": {"action": {"tool": "lookup_item", "arguments": {}}}, "episode_id": episode_id})
-    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"][:3] == ["body", "action", "action"]
-    missing = httpx.post(f"{base}/step", json={"action": {"action": {"tool": "list_items", "arguments": {"category": "tools"}}}})
+    episode_id = httpx.post(f"{base}/reset", json={"task_id": "q1"}).json()["observation"]["metadata"]["episode_id"]
+    refused = httpx.post(f"{base}/step", json={"action": {"type": "call_tool", "arguments": {}}, "episode_id": episode_id})
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["tool_name"]  # the action's own, as openenv-core
+    missing = httpx.post(f"{base}/step", json={"action": {"type": "call_tool", "tool_name": "list_items", "arguments": {"category": "tools"}}})
     assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["body", "episode_id"]
     assert httpx.post(f"{base}/close", json={"episode_id": episode_id}).json()["closed"] is True
 
@@ -91,7 +96,7 @@ def test_a_step_after_close_is_an_error_not_a_new_episode(openenv_of, inventory,
     client.reset(task_id="q1", seed=0)
     client.close()  # sends `close`: the server ends the episode and the connection
     with pytest.raises(RuntimeError, match=r"No episode is open.*EXECUTION_ERROR"):
-        client.step({"action": {"tool": "list_items", "arguments": {"category": "tools"}}})  # reconnects: no episode
+        client.step({"type": "call_tool", "tool_name": "list_items", "arguments": {"category": "tools"}})  # reconnects: no episode
     client.close()
     wait_for(lambda: not Rollout.objects.filter(status=RolloutStatus.RUNNING).exists(), 10, "the episode to close")
     assert Rollout.objects.count() == 1

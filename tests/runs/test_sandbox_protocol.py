@@ -102,6 +102,40 @@ def test_runner_answers_every_request_and_refuses_bad_ones(tmp_path):
     assert "noise on stdout" in stderr
 
 
+def test_runner_reports_the_action_schema_and_state_and_a_failing_state_never_costs_the_step(tmp_path):
+    (tmp_path / "env.py").write_text(
+        textwrap.dedent(
+            """
+            class Env:
+                action_schema = {"type": "object", "properties": {"column": {"type": "integer"}}}
+
+                def reset(self, task, seed):
+                    self.moves = []
+                    return {}
+
+                def step(self, action):
+                    self.moves.append(action["column"])
+                    return {}, 0, 0, 0, {}
+
+                def state(self):
+                    if len(self.moves) > 1:
+                        raise RuntimeError("no state now")
+                    return {"moves": self.moves}
+            """
+        )
+    )
+    answers, _ = _talk(tmp_path, [
+        b'{"op": "load", "mode": "env", "entrypoint": "env:Env"}\n',
+        b'{"op": "reset", "task": {"id": "t"}, "seed": 0}\n',
+        b'{"op": "step", "action": {"column": 2}}\n',
+        b'{"op": "step", "action": {"column": 1}}\n',
+    ])
+    reset, first, second = (answer["result"] for answer in answers[1:])
+    assert reset["action_schema"]["properties"]["column"] == {"type": "integer"} and reset["state"] == {"moves": []}
+    assert first["state"] == {"moves": [2]}
+    assert "state" not in second and "RuntimeError: no state now" in second["state_error"] and second["reward"] == 0.0
+
+
 def test_runner_keeps_one_instance_per_episode_until_it_ends(tmp_path):
     (tmp_path / "env.py").write_text(
         textwrap.dedent(

@@ -88,11 +88,15 @@ class Environment:
     - `verify()`: judge the final state and return (reward, reason), or None when there is no verifier.
     - `tools`: tool specs for LLM agents, in OpenAI function format (build them with `tool`).
     - `action_space`: a JSON description random agents sample from (see `sample_action`), or None.
+    - `action_schema`: for actions that are JSON objects, their JSON schema (OpenEnv clients send the
+      object's fields as their action, and `/schema` publishes it), or None.
+    - `state()`: optional; a JSON object of the episode's state, served at OpenEnv's `/state`.
     - `rng`: a random.Random; call `self.seed_rng(seed)` in reset so episodes are reproducible.
     """
 
     tools: list[dict] = []
     action_space: dict | None = None
+    action_schema: dict | None = None
 
     @property
     def rng(self) -> random.Random:
