@@ -14,6 +14,7 @@ from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
 from studio.errors import DomainError
+from studio.middleware import checks_its_own_form_fields
 
 from . import artifacts, events, figures, selectors, services
 from .episodes import interactive
@@ -45,6 +46,7 @@ def run_list(request):
 
 
 @team_view("run")
+@checks_its_own_form_fields
 def run_new(request):
     label = request.GET.get("version") or request.POST.get("version") or ""
     versions = versions_for_team(team=request.team)

@@ -11,7 +11,9 @@ import re
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
-from django.utils.html import escape
+from django.template.loader import render_to_string
+from django.urls import Resolver404, resolve
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from .inputs import BIGINT_MAX, BIGINT_MIN, InputProblem, json_parse, text_problem
 
@@ -19,30 +21,50 @@ API_PREFIX = "/api/"
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def _value_problem(field: str, value: str) -> InputProblem | None:
+def checks_its_own_form_fields(view):
+    """Marks a page view whose form validates every posted field itself (ranges included) and shows
+    its own inline errors: the gate lets a posted integer outside a bigint through to it, so the form
+    says what is wrong beside the field and keeps what was typed (the gate still refuses NUL
+    characters and unpaired surrogates)."""
+    view.checks_its_own_form_fields = True
+    return view
+
+
+def _value_problem(field: str, value: str, *, integers: bool = True) -> InputProblem | None:
     reason = text_problem(value)
     if reason:
         return InputProblem(field, reason)
     # An id or offset past a bigint cannot name anything; refuse it here rather than at the database.
-    if len(value) > 18 and _INTEGER.fullmatch(value) and not BIGINT_MIN <= int(value) <= BIGINT_MAX:
+    if integers and len(value) > 18 and _INTEGER.fullmatch(value) and not BIGINT_MIN <= int(value) <= BIGINT_MAX:
         return InputProblem(field, "is an integer outside -2^63 .. 2^63-1")
     return None
 
 
-def _fields_problem(fields, where: str) -> InputProblem | None:
+def _fields_problem(fields, where: str, *, integers: bool = True) -> InputProblem | None:
     for key, values in fields.lists():
         reason = text_problem(key)
         if reason:
             return InputProblem(None, f"a {where} name {reason}")
         for value in values:
-            problem = _value_problem(key, value)
+            problem = _value_problem(key, value, integers=integers)
             if problem:
                 return problem
     return None
 
 
-def request_input_problem(request) -> InputProblem | None:
-    """The first part of the request's query string or body the studio refuses, or None."""
+def _view_checks_its_own(request) -> bool:
+    if request.path.startswith(API_PREFIX) or request.method != "POST":
+        return False
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return False
+    return getattr(match.func, "checks_its_own_form_fields", False)
+
+
+def request_input_problem(request, *, form_integers: bool = True) -> InputProblem | None:
+    """The first part of the request's query string or body the studio refuses, or None;
+    `form_integers=False` leaves posted form fields' integer ranges to the view's form."""
     for segment in request.path.split("/"):
         problem = _value_problem("path", segment)
         if problem:
@@ -54,7 +76,7 @@ def request_input_problem(request) -> InputProblem | None:
         return None
     content_type = request.content_type or ""
     if content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        return _fields_problem(request.POST, "form field")
+        return _fields_problem(request.POST, "form field", integers=form_integers)
     if content_type == "application/json" or (request.path.startswith(API_PREFIX) and not content_type.startswith("multipart/")):
         body = request.body
         if not body:
@@ -74,8 +96,12 @@ def refusal(request, problem: InputProblem) -> HttpResponse:
     where = problem.field or "input"
     if request.path.startswith(API_PREFIX):
         return JsonResponse({"detail": f"{where}: {problem.reason}", "field": problem.field}, status=400)
+    # The gate runs before sessions' users are known: a page of its own, in the studio's style, with a
+    # way back to the form (a browser's back keeps what was typed).
+    referer = request.headers.get("Referer", "")
+    back = referer if url_has_allowed_host_and_scheme(referer, allowed_hosts={request.get_host()}) else "/"
     return HttpResponse(
-        f"<!doctype html><title>Bad request</title><h1>Bad request</h1><p>{escape(where)}: {escape(problem.reason)}</p>",
+        render_to_string("studio/bad_request.html", {"where": where, "reason": problem.reason, "back": back}),
         status=400, content_type="text/html; charset=utf-8",
     )
 
@@ -92,14 +118,21 @@ class InputGateMiddleware:
     def __call__(self, request):
         if self.is_async:
             return self.__acall__(request)
-        problem = request_input_problem(request)
+        problem = self.problem(request)
         if problem is not None:
             return refusal(request, problem)
         return self.get_response(request)
 
+    @staticmethod
+    def problem(request) -> InputProblem | None:
+        problem = request_input_problem(request)
+        if problem is not None and _view_checks_its_own(request):
+            return request_input_problem(request, form_integers=False)
+        return problem
+
     async def __acall__(self, request):
         # The ASGI handler has already read the body into memory or a spooled file: no I/O to wait for.
-        problem = request_input_problem(request)
+        problem = self.problem(request)
         if problem is not None:
             return refusal(request, problem)
         return await self.get_response(request)

@@ -206,3 +206,30 @@ def test_deeply_nested_packages_are_refused_with_the_file(owner_api, team, owner
     assert response.status_code in (400, 422), response.content
     assert expected in response.content.decode()
     assert file in response.content.decode()
+
+
+def test_a_seed_past_int64_on_the_run_page_is_an_inline_error_that_keeps_what_was_typed(owner, version):
+    huge = "99999999999999999999"
+    response = login(owner).post("/t/alpha/runs/new/", {
+        "agent": "random", "tasks": "all", "seeds": huge, "repeats": 1, "max_steps": "", "episode_timeout_s": "",
+        "reviews_required": 1, "version": "inputs@1",
+    })
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "seeds are whole numbers from 0 to 2^63-1" in page
+    assert f'value="{huge}"' in page  # the form is shown again with the text as typed
+    assert "New run" in page or "Run" in page
+    assert not Run.objects.exists()
+
+
+def test_a_page_form_the_gate_refuses_gets_a_styled_page_with_the_field_and_a_way_back(owner, version):
+    client = login(owner)
+    response = client.post("/t/alpha/agents/new/", {"name": "a\x00b", "kind": "random"},
+                           HTTP_REFERER="http://testserver/t/alpha/agents/new/")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "<strong>name</strong>: contains a NUL character" in page
+    assert "studio.css" in page and 'href="http://testserver/t/alpha/agents/new/"' in page
+    # A Referer from elsewhere is not offered as the way back.
+    response = client.post("/t/alpha/agents/new/", {"name": "a\x00b"}, HTTP_REFERER="https://evil.example/")
+    assert "evil.example" not in response.content.decode()
