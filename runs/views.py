@@ -75,7 +75,7 @@ def run_new(request):
         except DomainError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)
         else:
-            messages.success(request, f"Run {run.pk} queued: {run.rollouts.count()} rollouts.")
+            messages.success(request, f"Run {run.pk} queued: {run.rollouts.count()} rollouts.", extra_tags="run-queued")
             return redirect("runs:run", team=request.team.slug, run_id=run.pk)
     task_count, tasks = version_tasks_head(version, 12) if version is not None else (0, [])
     return render(request, "runs/new.html", {"form": form, "version": version, "versions": versions, "label": label,

@@ -118,7 +118,7 @@
     const badge = document.getElementById("run-status");
     if (badge) { badge.textContent = status; badge.className = `badge ${status}`; }
     if (["queued", "running"].includes(status)) return;
-    document.querySelectorAll("[data-live-only]").forEach((node) => node.remove());
+    document.querySelectorAll("[data-live-only], #messages .flash.run-queued").forEach((node) => node.remove());
     if (!Number(pending)) finish();
     // Ended with rollouts still stopping: the stream brings their ends, and a re-read every few
     // seconds makes sure the page comes to rest on what a reload shows even if a message is lost.

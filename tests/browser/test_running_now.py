@@ -42,33 +42,35 @@ def panel_ids(page):
 
 def test_running_now_lists_exactly_the_running_rollouts_live_and_after_reload(page, asgi_server, celery_worker, team, owner):
     version = package_version(team, owner, "mixed-ends", ENV, tasks=TASKS, limits={"step_timeout_s": 5, "episode_timeout_s": 90})
-    agent = services.agent_get_or_create(team=team, actor=owner, name="random", kind="random")
     log_in(page, asgi_server, "olivia", PASSWORD)
     page.goto(f"{asgi_server}/t/alpha/runs/")
+    agent = services.agent_get_or_create(team=team, actor=owner, name="random", kind="random")
     run = services.run_create(team=team, actor=owner, version=version, agent=agent, task_ids="all", seeds=[0])
-    slow = run.rollouts.get(task_id="slow")
     page.goto(f"{asgi_server}/t/alpha/runs/{run.pk}/")
+    slow = run.rollouts.get(task_id="slow")
 
     # The broken tasks end errored within seconds while the slow one counts on.
     wait_for(lambda: Rollout.objects.filter(run=run, status="errored").count() == 4, 40, "the broken rollouts to end")
     wait_for(lambda: Rollout.objects.get(pk=slow.pk).status == "running", 20, "the slow rollout to run")
-    # Running but still in its reset: listed, with no step yet (live, then after a reload).
+    # Running but still in its reset: listed, with no step yet (live, then on a page opened anew).
     page.wait_for_selector(f"#live-steps-list .live-item:has-text('#{slow.pk}'):has-text('no step yet')", timeout=5_000)
-    page.reload()
-    page.wait_for_selector(f"#live-steps-list .live-item:has-text('#{slow.pk}'):has-text('no step yet')", timeout=3_000)
-    assert panel_ids(page) == [f"#{slow.pk}"]
+    reloaded = page.context.new_page()
+    reloaded.goto(page.url)
+    reloaded.wait_for_selector(f"#live-steps-list .live-item:has-text('#{slow.pk}'):has-text('no step yet')", timeout=3_000)
+    assert panel_ids(reloaded) == [f"#{slow.pk}"]
     page.wait_for_function(
         f"[...document.querySelectorAll('#live-steps-list .live-item strong')].map(n => n.textContent).join() === '#{slow.pk}'",
         timeout=10_000,
     )
-    page.wait_for_selector(f"#live-steps-list .live-item:has-text('step ')", timeout=10_000)
+    page.wait_for_selector("#live-steps-list .live-item:has-text('step ')", timeout=10_000)
 
-    page.reload()
-    page.wait_for_selector(f"#live-steps-list .live-item", timeout=10_000)
-    assert panel_ids(page) == [f"#{slow.pk}"]
-    assert "step " in page.locator("#live-steps-list").inner_text()
+    reloaded.reload()
+    reloaded.wait_for_selector("#live-steps-list .live-item", timeout=10_000)
+    assert panel_ids(reloaded) == [f"#{slow.pk}"]
+    assert "step " in reloaded.locator("#live-steps-list").inner_text()
 
     wait_for(lambda: Rollout.objects.get(pk=slow.pk).is_finished, 40, "the slow rollout to finish")
+    # The page watched live comes to rest as a reload shows it: no panel.
     page.wait_for_selector("#live-steps", state="hidden", timeout=10_000)
-    page.reload()
-    assert not page.locator("#live-steps").is_visible()
+    reloaded.reload()
+    assert not reloaded.locator("#live-steps").is_visible()
