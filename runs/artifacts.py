@@ -90,11 +90,13 @@ def artifact_store(*, rollout_id: int, index: int, artifact: dict | None, stem: 
 
 def artifacts_store_for_steps(rollout_id: int, steps: list[dict]) -> None:
     """Replace each step's transient image with the stored file's name (`artifact`) and its URL, and
-    its observation's arrays with references to their stored files (a new value: the episode's own
-    observation, which the agent gets, keeps its arrays)."""
+    its observation's and info's arrays with references to their stored files (new values: the
+    episode's own observation and info, which the agent gets, keep their arrays)."""
     for step in steps:
         if _may_hold_arrays(step.get("observation")):
             step["observation"] = arrays_store(rollout_id=rollout_id, stem=f"{step['index']:05d}", value=step["observation"])
+        if _holds_arrays(step.get("info")):
+            step["info"] = arrays_store(rollout_id=rollout_id, stem=f"{step['index']:05d}-info", value=step["info"])
         artifact = step.pop(ARTIFACT_KEY, None)
         if artifact is None:
             continue
@@ -329,3 +331,14 @@ def array_load(*, rollout_id: int, envelope: dict):
 
 def _may_hold_arrays(value) -> bool:
     return isinstance(value, (dict, list, numpy.ndarray))
+
+
+def _holds_arrays(value) -> bool:
+    """Whether a value holds a numpy array anywhere (info dicts rarely do: most are left as they are)."""
+    if isinstance(value, numpy.ndarray):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_arrays(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_holds_arrays(item) for item in value)
+    return False

@@ -153,6 +153,7 @@ class RemoteSession:
         self.id, self.rollout_id, self.run_id = started["session_id"], started["rollout_id"], started["run_id"]
         self.observation, self.tools, self.action_space = from_json(started["observation"]), started["tools"], started["action_space"]
         self.reset_info = from_json(started.get("reset_info") or {})
+        self.observation_space = started.get("observation_space")  # the description the environment reported, if any
         self.steps, self.closed, self.result = 0, False, None
 
     def reset(self):

@@ -1,7 +1,10 @@
 """A studio environment version as a real `gymnasium.Env`, and N of its episodes as a
 `gymnasium.vector.VectorEnv` stepped in one request per step (POST /api/v1/sessions/step).
 
-Spaces are the ones the server publishes for the version. A seed picks the task (the same seed,
+Spaces are the ones the server publishes for the version; where it knows no observation space yet
+(an `env:Class` version whose `observation_space` no episode has reported), the first reset takes
+the one its episode reports. Observations and infos come as the environment gave them: arrays keep
+their dtype, dict and tuple observations are dicts and tuples of arrays. A seed picks the task (the same seed,
 the same task: `task_ids[seed % len(task_ids)]`) and seeds the episode; `options={"task_id": ...}`
 picks a task outright. Every episode is a recorded rollout of the team's `remote` agent.
 """
@@ -10,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium
 import numpy as np
 from gymnasium.vector import VectorEnv
-from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 from gymnasium.vector.vector_env import AutoresetMode
 
-from . import RemoteSession, StudioClient, StudioError
-from .spaces import action_to_json, observation_from_json, space_from_description
+from . import RemoteSession, StudioClient, StudioError, from_json
+from .spaces import JsonSpace, action_to_json, observation_from_json, space_from_description
 
 SEED_BOUND = 2**31
 
@@ -46,6 +49,10 @@ class StudioEnv(gymnasium.Env):
         task_id = str(task_id) if task_id is not None else task_for_seed(self.task_ids, episode_seed)
         self.session = self.client.session(self.version, task_id, episode_seed)
         observation, info = self.session.reset()
+        if isinstance(self.observation_space, JsonSpace) and self.session.observation_space:
+            self.observation_space = space_from_description(self.session.observation_space)
+        if isinstance(self.action_space, JsonSpace) and isinstance(self.session.action_space, dict):
+            self.action_space = space_from_description(self.session.action_space)
         return observation_from_json(self.observation_space, observation), {**info, "task_id": task_id, "seed": episode_seed}
 
     def step(self, action):
@@ -104,15 +111,17 @@ class StudioVectorEnv(VectorEnv):
             seeds = [int(s) if s is not None else int(self.np_random.integers(SEED_BOUND)) for s in seed]
         task_id = (options or {}).get("task_id")
         opened = list(self._pool.map(lambda index: self._open(index, seeds[index], task_id), range(self.num_envs)))
+        self._learn_spaces(self.sessions[0])
         self._autoreset[:] = False
         infos: dict = {}
         for index, (_, info) in enumerate(opened):
             infos = self._add_info(infos, info, index)
-        return self._batch([observation for observation, _ in opened]), infos
+        return self._batch([self._observation(observation) for observation, _ in opened]), infos
 
     def step(self, actions):
         if any(session is None for session in self.sessions):
             raise RuntimeError("call reset() before step()")
+        actions = list(iterate(self.action_space, actions))
         stepping = [index for index in range(self.num_envs) if not self._autoreset[index]]
         results = self.client.step_many([(self.sessions[index].id, action_to_json(actions[index])) for index in stepping]) if stepping else []
         observations: list = [None] * self.num_envs
@@ -124,12 +133,13 @@ class StudioVectorEnv(VectorEnv):
             if not result.get("ok"):
                 raise StudioError(int(result.get("status") or 500), f"environment {index}: {result.get('error')}")
             self.sessions[index].steps += 1
-            observations[index] = observation_from_json(self.single_observation_space, result["observation"])
+            observations[index] = self._observation(from_json(result["observation"]))
             rewards[index], terminations[index], truncations[index] = result["reward"], result["terminated"], result["truncated"]
-            infos = self._add_info(infos, {**(result.get("info") or {}), "rollout_id": self.sessions[index].rollout_id}, index)
+            infos = self._add_info(infos, {**from_json(result.get("info") or {}), "rollout_id": self.sessions[index].rollout_id}, index)
+        # Next-step autoreset (Gymnasium's default): an episode that ended last step starts anew now.
         resetting = [index for index in range(self.num_envs) if self._autoreset[index]]
         for index, (observation, info) in zip(resetting, self._pool.map(self._autoreset_one, resetting)):
-            observations[index] = observation
+            observations[index] = self._observation(observation)
             infos = self._add_info(infos, info, index)
         self._autoreset = np.logical_or(terminations, truncations)
         return self._batch(observations), rewards, terminations, truncations, infos
@@ -147,7 +157,19 @@ class StudioVectorEnv(VectorEnv):
         session = self.client.session(self.version, task, seed)
         self.sessions[index], self.seeds[index] = session, seed
         observation, info = session.reset()
-        return observation_from_json(self.single_observation_space, observation), {**info, "task_id": task, "seed": seed}
+        return observation, {**info, "task_id": task, "seed": seed}
+
+    def _learn_spaces(self, session: RemoteSession) -> None:
+        """Spaces the server did not publish yet, from what the first episode reported."""
+        if isinstance(self.single_observation_space, JsonSpace) and session.observation_space:
+            self.single_observation_space = space_from_description(session.observation_space)
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        if isinstance(self.single_action_space, JsonSpace) and isinstance(session.action_space, dict):
+            self.single_action_space = space_from_description(session.action_space)
+            self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+    def _observation(self, value):
+        return observation_from_json(self.single_observation_space, value)
 
     def _close_one(self, index: int) -> None:
         session = self.sessions[index]

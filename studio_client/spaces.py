@@ -37,9 +37,13 @@ class JsonSpace(spaces.Space):
 
 
 def space_from_description(description: dict | None) -> spaces.Space:
-    """The Gymnasium space a description stands for (discrete, box, multi_discrete, multi_binary;
-    `choice` and anything else become a JsonSpace)."""
+    """The Gymnasium space a description stands for (discrete, box, multi_discrete, multi_binary,
+    dict and tuple of those; `choice` and anything else become a JsonSpace)."""
     kind = (description or {}).get("type")
+    if kind == "dict":
+        return spaces.Dict({str(key): space_from_description(item) for key, item in (description.get("spaces") or {}).items()})
+    if kind == "tuple":
+        return spaces.Tuple([space_from_description(item) for item in description.get("spaces") or []])
     if kind == "discrete":
         return spaces.Discrete(int(description["n"]), start=int(description.get("start", 0)))
     if kind == "box":
@@ -65,18 +69,27 @@ def _bound(value, infinite, dtype):
 
 
 def observation_from_json(space: spaces.Space, value):
-    """A JSON observation as the space's numpy value (JsonSpace values stay as they are)."""
+    """An observation (JSON, or already decoded by `from_json`: arrays as numpy) as the space's
+    numpy value, dict and tuple spaces part by part (JsonSpace values stay as they are)."""
     if isinstance(space, spaces.Discrete):
         return np.int64(value)
     if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
         return np.asarray(value, dtype=space.dtype).reshape(space.shape)
+    if isinstance(space, spaces.Dict) and isinstance(value, dict):
+        return {key: observation_from_json(part, value.get(key)) for key, part in space.spaces.items()}
+    if isinstance(space, spaces.Tuple) and isinstance(value, (list, tuple)):
+        return tuple(observation_from_json(part, item) for part, item in zip(space.spaces, value))
     return value
 
 
 def action_to_json(value):
-    """A numpy (or plain) action as JSON for the server."""
+    """A numpy (or plain) action as JSON for the server (dict and tuple actions part by part)."""
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, dict):
+        return {key: action_to_json(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [action_to_json(item) for item in value]
     return value

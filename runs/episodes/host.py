@@ -331,7 +331,7 @@ class EpisodeHost:
         return {
             "rollout_id": episode.rollout.pk, "run_id": episode.rollout.run_id, "observation": episode.observation,
             "reset_info": episode.reset_info, "tools": episode.tools, "action_space": episode.action_space,
-            "action_schema": episode.action_schema, "env_state": episode.env_state, "artifact_url": episode.artifact_url,
+            "observation_space": episode.observation_space, "action_schema": episode.action_schema, "env_state": episode.env_state, "artifact_url": episode.artifact_url,
             "done": episode.done, "end_reason": episode.end_reason, "step_count": episode.writer.step_count,
         }
 

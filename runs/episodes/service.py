@@ -121,6 +121,11 @@ class Episode:
         return self.sandbox.action_space
 
     @property
+    def observation_space(self) -> dict | None:
+        """The description of its observations the environment reported (`observation_space`), if any."""
+        return getattr(self.sandbox, "observation_space", None)
+
+    @property
     def action_schema(self) -> dict | None:
         """The JSON schema of the environment's object actions (`action_schema`), when it declares one."""
         return self.sandbox.action_schema
@@ -210,7 +215,8 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
     episode.observation = observation
-    episode.reset_info = reset_info = getattr(sandbox, "reset_info", None) or {}
+    episode.reset_info = getattr(sandbox, "reset_info", None) or {}
+    reset_info = arrays_store(rollout_id=rollout.pk, stem="reset-info", value=episode.reset_info)  # the row's form
     # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
     setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
     initial_observation = arrays_store(rollout_id=rollout.pk, stem="reset", value=observation)

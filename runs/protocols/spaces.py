@@ -61,9 +61,10 @@ def _seen_key(version) -> str:
 
 
 def spaces_remember(*, version, opened: dict) -> None:
-    """Keep what an opened episode reported (tools, action space and schema) as the version's published ones."""
+    """Keep what an opened episode reported (tools, action and observation spaces, action schema) as
+    the version's published ones."""
     seen = {"tools": opened.get("tools") or [], "action_space": opened.get("action_space"),
-            "action_schema": opened.get("action_schema")}
+            "observation_space": opened.get("observation_space"), "action_schema": opened.get("action_schema")}
     routing.client().set(_seen_key(version), json.dumps(seen), ex=SEEN_TTL_S)
 
 
@@ -83,6 +84,7 @@ def version_spaces(*, version, task_id: str | None = None) -> dict:
         seen = json.loads(raw)
         tools = seen.get("tools") or []
         action_space = action_space or seen.get("action_space")
+        observation_space = observation_space or seen.get("observation_space")
         action_schema = seen.get("action_schema")
     return {"action_space": action_space, "observation_space": observation_space, "action_schema": action_schema, "tools": tools}
 

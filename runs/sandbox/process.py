@@ -501,6 +501,7 @@ class ProcessSandbox:
         self._dead = False
         self.tools: list | None = None
         self.action_space: dict | None = None
+        self.observation_space: dict | None = None
         # A side result of the latest reset/step, kept out of the observation: a browser env's
         # screenshot {"type": "image/jpeg", "base64": ...}; the worker stores it as the step's file.
         self.last_artifact: dict | None = None
@@ -791,7 +792,7 @@ class ProcessSandbox:
         self._episode_deadline = time.monotonic() + self.limits.episode_timeout_s
         result = self._call("reset", self.limits.step_timeout_s, task=task, seed=seed)
         if self.mode == "env":
-            self.action_space = result.get("action_space")
+            self.action_space, self.observation_space = result.get("action_space"), result.get("observation_space")
             self.last_artifact = result.get("artifact")
             self.reset_info = result.get("info") or {}
             self.action_schema, self.env_state = result.get("action_schema"), result.get("state")

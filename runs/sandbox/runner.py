@@ -181,7 +181,12 @@ class Runner:
         return value, None
 
     def info(self, value, what):
-        info = self.json(value, what) if value is not None else {}
+        """Info as it crosses: JSON, with numeric arrays kept (binary frames), so the agent and the
+        client get them back with their dtype."""
+        try:
+            info = self.encodable(value) if value is not None else {}
+        except (TypeError, ValueError) as exc:
+            raise ContractError(f"{what} is not JSON: {exc}") from None
         size = protocol.encoded_size(info)
         reason = protocol.over_limit(size, protocol.MAX_INFO_BYTES, what)
         if reason:
@@ -296,9 +301,14 @@ class Runner:
             action_schema = self.json(getattr(env, "action_schema", None), "action_schema")
         except Exception:
             action_schema = None
+        try:
+            observation_space = self.json(getattr(env, "observation_space", None), "observation_space")
+        except Exception:
+            observation_space = None
         result = {
             "observation": observation,
             "action_space": action_space,
+            "observation_space": observation_space if isinstance(observation_space, dict) else None,
             "action_schema": action_schema if isinstance(action_schema, dict) else None,
             "info": self.info(getattr(env, "reset_info", None), "reset info"),
         }

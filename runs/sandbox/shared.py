@@ -262,6 +262,7 @@ class EpisodeLease:
         self._take_slot = take_slot  # (lease, files, entrypoint, limits): gives it a group
         self._backend = backend
         self.action_space: dict | None = None
+        self.observation_space: dict | None = None
         self.last_artifact: dict | None = None
         self.reset_info: dict = {}
         self.action_schema: dict | None = None  # the environment's `action_schema` (reported at reset)
@@ -322,7 +323,7 @@ class EpisodeLease:
         result = self.group.request(self, "reset", self.limits.step_timeout_s, task=task, seed=seed)
         self.was_reset = True
         self._check_deadline("reset")
-        self.action_space = result.get("action_space")
+        self.action_space, self.observation_space = result.get("action_space"), result.get("observation_space")
         self.last_artifact = result.get("artifact")
         self.reset_info = result.get("info") or {}
         self.action_schema, self.env_state = result.get("action_schema"), result.get("state")

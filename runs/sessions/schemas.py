@@ -18,6 +18,7 @@ class SessionOut(Schema):
     reset_info: dict = {}
     tools: list[dict] = []
     action_space: Any = None
+    observation_space: Any = None
 
 
 class ActionIn(Schema):

@@ -2,17 +2,20 @@
 team's `remote` agent. A thin front end of the interactive episode service (runs/episodes)."""
 from ..episodes import interactive
 from ..models import AgentKind, Rollout
+from ..protocols.spaces import spaces_remember
 
 REMOTE_AGENT_NAME = "remote"
 
 
 def session_start(*, team, actor, version, task_id: str, seed: int) -> dict:
     """Start (version, task, seed) on an episode host; returns {session_id, rollout_id, run_id,
-    observation, tools, action_space}."""
+    observation, reset_info, tools, action_space, observation_space}. What the episode reported of
+    its spaces becomes the version's published spaces (GET .../spaces), as protocol episodes do."""
     opened = interactive.episode_open(
         team=team, actor=actor, version=version, task_id=task_id, seed=seed, driver="session",
         agent_name=REMOTE_AGENT_NAME, agent_kind=AgentKind.REMOTE,
     )
+    spaces_remember(version=version, opened=opened)
     return {"session_id": opened["episode_id"], **opened}
 
 

@@ -90,12 +90,16 @@ class Environment:
     - `action_space`: a JSON description random agents sample from (see `sample_action`), or None.
     - `action_schema`: for actions that are JSON objects, their JSON schema (OpenEnv clients send the
       object's fields as their action, and `/schema` publishes it), or None.
+    - `observation_space`: a JSON description of the observations (`describe_space`'s form), or None;
+      published with the version's spaces once an episode has reported it (studio_client's spaces).
+    - `reset_info`: optional; the info of the episode's start (Gymnasium's reset info), set in reset.
     - `state()`: optional; a JSON object of the episode's state, served at OpenEnv's `/state`.
     - `rng`: a random.Random; call `self.seed_rng(seed)` in reset so episodes are reproducible.
     """
 
     tools: list[dict] = []
     action_space: dict | None = None
+    observation_space: dict | None = None
     action_schema: dict | None = None
 
     @property
@@ -335,13 +339,15 @@ class GymnasiumEnvironment(Environment):
 
     `reset(task, seed)` makes a fresh `gymnasium.make(id, **task.get("kwargs", {}))` and resets it
     with `seed`, so the same seed and actions give exactly Gymnasium's own observations and rewards.
-    Gymnasium's reset info is kept as `self.last_info`.
+    Gymnasium's reset info is kept as `self.reset_info` (its arrays kept, as step info's are) and,
+    as plain JSON, as `self.last_info`.
     """
 
     def __init__(self, env_id: str):
         self.env_id = env_id
         self.env = None
         self.last_info: dict = {}
+        self.reset_info: dict = {}
         self._kwargs: dict = {}
 
     def reset(self, task: dict, seed: int) -> Any:
@@ -353,14 +359,14 @@ class GymnasiumEnvironment(Environment):
         observation, info = self.env.reset(seed=seed)
         self.env.action_space.seed(seed)
         self.seed_rng(seed)
-        self.last_info = jsonable(info)
+        self.reset_info, self.last_info = encodable(info), jsonable(info)
         return encodable(observation)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self.env is None:
             raise RuntimeError("step() called before reset()")
         observation, reward, terminated, truncated, info = self.env.step(self._to_gym_action(action))
-        return StepResult(encodable(observation), float(reward), bool(terminated), bool(truncated), jsonable(info))
+        return StepResult(encodable(observation), float(reward), bool(terminated), bool(truncated), encodable(info))
 
     def close(self) -> None:
         if self.env is not None:
@@ -384,6 +390,10 @@ class GymnasiumEnvironment(Environment):
             return describe_space(env.action_space)
         finally:
             env.close()
+
+    @property
+    def observation_space(self) -> dict | None:
+        return describe_space(self.env.observation_space) if self.env is not None else None
 
     def _to_gym_action(self, action: Any) -> Any:
         import numpy  # noqa: PLC0415
@@ -418,4 +428,8 @@ def describe_space(space) -> dict:
         return {"type": "multi_discrete", "nvec": jsonable(space.nvec)}
     if isinstance(space, spaces.MultiBinary):
         return {"type": "multi_binary", "n": jsonable(space.n)}
+    if isinstance(space, spaces.Dict):
+        return {"type": "dict", "spaces": {str(key): describe_space(item) for key, item in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "tuple", "spaces": [describe_space(item) for item in space.spaces]}
     return {"type": "unsupported", "description": str(space)}
