@@ -9,6 +9,7 @@ unless --keep), on the server of DATABASE_URL. At each level N:
 - runs list page and API: 25 runs sharing N rollouts;
 - review queue page, next item and queue API: N rollouts queued for two reviews each, for a reviewer who
   decided none and for one who decided 90% of them (which stay in the queue, waiting for a second review);
+  a re-verification judges a tenth of those decided otherwise: the queue's disagreement filter, page and API;
 - steps API and replay window: a rollout of N steps, its first, middle and last page.
 The last column is the ratio of the largest level to the smallest (goal: under 1.5x).
 - a version of N tasks (tasks.jsonl of ~100 bytes a task): its page, the run form and the environments
@@ -38,7 +39,7 @@ os.environ["DATABASE_URL"] = (
 )
 TASKS = [f"t{i}" for i in range(10)]
 TARGETS_MS = {"run page": 60, "runs list page": 30, "runs API": 30, "queue page": 60, "queue page, 90% decided": 60,
-              "next item": 60, "next item, 90% decided": 60, "steps API first": 25, "steps API middle": 25,
+              "next item": 60, "next item, 90% decided": 60, "queue page, disagreement filter": 60, "steps API first": 25, "steps API middle": 25,
               "steps API last": 25}
 
 
@@ -119,6 +120,13 @@ def make_queue(team, run, reviewer, decided_fraction):
             RewardLabel(team=team, rollout_id=i, source=LabelSource.HUMAN, value=v, decision=LabelDecision.APPROVED,
                         reviewer=reviewer)
             for i, v in decided[start:start + 10_000])
+    # A re-verification that judges every tenth decided rollout otherwise: those are in disagreement.
+    flipped = decided[::10]
+    for start in range(0, len(flipped), 10_000):
+        RewardLabel.objects.bulk_create(
+            RewardLabel(team=team, rollout_id=i, source=LabelSource.VERIFIER, value=0.0 if (v or 0) > 0 else 1.0,
+                        decision=LabelDecision.PROPOSED, rationale="re-verified")
+            for i, v in flipped[start:start + 10_000])
 
 
 def make_steps(team, version, agent, owner, n):
@@ -230,6 +238,8 @@ def main():
                 ("next item", fresh, f"{t}/review/next/", {}),
                 ("next item, 90% decided", busy, f"{t}/review/next/", {}),
                 ("queue API", owner, "/api/v1/review/queue", api),
+                ("queue page, disagreement filter", busy, f"{t}/review/?disagreement=1", {}),
+                ("queue API, disagreement filter", owner, "/api/v1/review/queue?disagreement=true", api),
                 ("version page, N tasks", owner, f"{t}/environments/bench-large/versions/1/", {}),
                 ("run form, N tasks", owner, f"{t}/runs/new/?version=bench-large@1", {}),
                 ("environments list", owner, f"{t}/environments/", {}),

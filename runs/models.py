@@ -215,6 +215,9 @@ class ReviewState(models.Model):
     deciders = models.IntegerField(default=0)
     decider_ids = ArrayField(models.BigIntegerField(), default=list)  # who decided
     open = models.BooleanField(default=False)
+    # A verifier label newer than the latest human decision judges the outcome otherwise (runs.labels): the
+    # human label stays current; the queue's "disagreement" filter walks these through their index.
+    disagreement = models.BooleanField(default=False, db_default=False)  # db_default: the rules as of 0023 omit it
 
     class Meta:
         indexes = [
@@ -222,6 +225,7 @@ class ReviewState(models.Model):
             # lookup of their labels per rollout: an index-only scan, however many they decided).
             models.Index(fields=["team", "rollout"], condition=models.Q(open=True), include=["decider_ids"],
                          name="review_state_open_by"),
+            models.Index(fields=["team", "rollout"], condition=models.Q(disagreement=True), name="review_state_disagreement"),
         ]
 
 
@@ -256,6 +260,7 @@ class AgreementCounts(models.Model):
     multi = models.IntegerField(default=0)  # rollouts rated by more than one reviewer
     pairs = models.BigIntegerField(default=0)
     agreeing = models.BigIntegerField(default=0)
+    disagreements = models.IntegerField(default=0, db_default=0)  # rollouts where a newer verifier disagrees with the human (runs.labels)
 
     class Meta:
         abstract = True
@@ -300,6 +305,57 @@ class BlindTally(AgreementCounts):
         ]
 
 
+class VerifierTally(models.Model):
+    """Agreement per verifier version (the run's own and each one that re-verified its rollouts), kept by the
+    agreement trigger (runs/sql/agreement_tally.sql) from runs_verifier_counts_of (runs/sql/label_layers.sql):
+    over the run's rollouts the version labelled, how many have a human verdict to compare with, how many of
+    its newest labels agree with it, and how many are newer than the human decision and disagree. `rollout_id`
+    NULL rows are a run's totals (TALLY_SHARDS per version); the others each rollout's contribution.
+    Read only through runs.review.selectors.agreement."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    rollout = models.ForeignKey(Rollout, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False, null=True)
+    verifier_version = models.ForeignKey(EnvironmentVersion, on_delete=models.DO_NOTHING, related_name="+",
+                                         db_constraint=False)
+    shard = models.PositiveSmallIntegerField()
+    labelled = models.IntegerField(default=0)
+    compared = models.IntegerField(default=0)
+    agreeing = models.IntegerField(default=0)
+    disagreements = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "verifier_version", "shard"], condition=models.Q(rollout__isnull=True),
+                                    name="verifier_tally_run_total"),
+            models.UniqueConstraint(fields=["rollout", "verifier_version"], condition=models.Q(rollout__isnull=False),
+                                    name="verifier_tally_rollout"),
+        ]
+
+
+class VerifierBlindTally(models.Model):
+    """What blind review takes out of VerifierTally for a reviewer who owes reviews, as BlindTally does for
+    AgreementTally (runs/sql/blind_tally.sql, runs_verifier_blind_add): per verifier version, `reviewer` NULL
+    rows sum the contributions of the run's rollouts whose review is under way, a reviewer's rows those of
+    the ones that reviewer decided. Read only through runs.review.selectors.agreement."""
+
+    run = models.ForeignKey(Run, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, related_name="+",
+                                 db_constraint=False, null=True)
+    verifier_version = models.ForeignKey(EnvironmentVersion, on_delete=models.DO_NOTHING, related_name="+",
+                                         db_constraint=False)
+    shard = models.PositiveSmallIntegerField()
+    labelled = models.IntegerField(default=0)
+    compared = models.IntegerField(default=0)
+    agreeing = models.IntegerField(default=0)
+    disagreements = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "reviewer", "verifier_version", "shard"], nulls_distinct=False,
+                                    name="verifier_blind_tally_key"),
+        ]
+
+
 class Step(models.Model):
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="steps")
     index = models.PositiveIntegerField()
@@ -334,7 +390,9 @@ class LabelDecision(models.TextChoices):
 
 
 class RewardLabel(models.Model):
-    """Append-only: each decision is a new row; the current label is the latest."""
+    """Append-only: each decision is a new row. Two layers (runs.labels): human decisions, and verifier labels
+    by verifier version; the current label is the latest human decision, else the newest label of the run's
+    own verifier, so a re-verification never supersedes a human."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="labels")
@@ -343,6 +401,9 @@ class RewardLabel(models.Model):
     value = models.FloatField(null=True, blank=True)
     decision = models.CharField(max_length=16, choices=LabelDecision.choices)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    # A verifier label's verifier: the version whose verify() gave it (a re-verification's); NULL for the run's own.
+    verifier_version = models.ForeignKey(EnvironmentVersion, on_delete=models.RESTRICT, null=True, blank=True,
+                                         related_name="+")
     rationale = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -1,5 +1,5 @@
 """Reads of agents, runs, rollouts and steps, always scoped to one team by the caller's objects."""
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Q, Subquery
 from django.shortcuts import get_object_or_404
 
 from environments.selectors import without_version_content
@@ -8,7 +8,8 @@ from studio.models import Membership
 
 from . import events, figures
 from .artifacts import arrays_fingerprint
-from .models import Agent, AgentKind, AgentSecret, RewardLabel, Rollout, RolloutStatus, Run, Step
+from .labels import current_labels_of_outer_rollout, own_layer
+from .models import Agent, AgentKind, AgentSecret, LabelSource, RewardLabel, Rollout, RolloutStatus, Run, Step
 
 
 def agents_for_team(*, team):
@@ -174,12 +175,15 @@ def rollout_steps(*, rollout, after_index: int | None = None):
 
 
 def current_label(rollout) -> RewardLabel | None:
-    return rollout.labels.order_by("-created_at", "-id").first()
+    """The rollout's current label (runs.labels): its latest human decision, else its own verifier's newest."""
+    labels = rollout.labels.filter(step__isnull=True).filter(own_layer(run_version=rollout.run.environment_version_id))
+    return labels.order_by("-created_at", "-id").filter(source=LabelSource.HUMAN).first() or labels.order_by("-created_at", "-id").first()
 
 
 def with_current_label(rollouts):
-    """Annotate current_label_value/decision/source (the latest label) onto a rollout queryset."""
-    latest = RewardLabel.objects.filter(rollout=OuterRef("pk"), step__isnull=True).order_by("-created_at", "-id")
+    """Annotate current_label_value/decision/source (runs.labels: the latest human decision, else the newest
+    label of the run's own verifier) onto a rollout queryset."""
+    latest = current_labels_of_outer_rollout()
     return rollouts.annotate(
         current_label_value=Subquery(latest.values("value")[:1]),
         current_label_decision=Subquery(latest.values("decision")[:1]),

@@ -64,6 +64,6 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(condition=models.Q(('rollout__isnull', True)), fields=('run', 'shard'), name='agreement_run_total')],
             },
         ),
-        rules_load("runs/sql/agreement_tally.sql", reverse_sql=AGREEMENT_REVERSE, check_bodies=False),
+        rules_load("runs/sql/at_0023/agreement_tally.sql", reverse_sql=AGREEMENT_REVERSE, check_bodies=False),
         migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

@@ -38,5 +38,5 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(condition=models.Q(('open', True)), fields=['team', 'rollout'], name='review_state_open')],
             },
         ),
-        rules_load("runs/sql/review_state.sql", reverse_sql=REVIEW_STATE_REVERSE, check_bodies=False),
+        rules_load("runs/sql/at_0023/review_state.sql", reverse_sql=REVIEW_STATE_REVERSE, check_bodies=False),
     ]

@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('run', 'reviewer', 'shard'), name='blind_tally_key', nulls_distinct=False)],
             },
         ),
-        rules_load("runs/sql/blind_tally.sql", reverse_sql=BLIND_REVERSE, check_bodies=False),
-        rules_load("runs/sql/agreement_tally.sql", check_bodies=False),
+        rules_load("runs/sql/at_0023/blind_tally.sql", reverse_sql=BLIND_REVERSE, check_bodies=False),
+        rules_load("runs/sql/at_0023/agreement_tally.sql", check_bodies=False),
         migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

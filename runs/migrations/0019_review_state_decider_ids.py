@@ -34,6 +34,6 @@ class Migration(migrations.Migration):
             model_name='reviewstate',
             index=models.Index(condition=models.Q(('open', True)), fields=['team', 'rollout'], include=('decider_ids',), name='review_state_open_by'),
         ),
-        rules_load("runs/sql/review_state.sql", check_bodies=False),
+        rules_load("runs/sql/at_0023/review_state.sql", check_bodies=False),
         migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
     ]

@@ -33,5 +33,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('team', 'reviewer'), name='one_review_cursor')],
             },
         ),
-        rules_load("runs/sql/review_state.sql", check_bodies=False),
+        rules_load("runs/sql/at_0023/review_state.sql", check_bodies=False),
     ]

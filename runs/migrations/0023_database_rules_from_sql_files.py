@@ -17,9 +17,9 @@ class Migration(migrations.Migration):
         rules_load(
             "studio/sql/refuse_update.sql",
             "runs/sql/run_tally.sql",
-            "runs/sql/agreement_tally.sql",
-            "runs/sql/blind_tally.sql",
-            "runs/sql/review_state.sql",
+            "runs/sql/at_0023/agreement_tally.sql",
+            "runs/sql/at_0023/blind_tally.sql",
+            "runs/sql/at_0023/review_state.sql",
             "runs/sql/rollout_claim.sql",
         ),
     ]

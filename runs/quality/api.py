@@ -7,7 +7,7 @@ from studio.errors import DomainError
 
 from ..seeds import parse_seeds
 from . import selectors, services
-from .schemas import AuditIn, AuditOut, ReverificationOut, ReverifyIn
+from .schemas import AuditIn, AuditOut, ReverificationOut, ReverifyIn, ReverifyPreviewOut
 
 router = Router(tags=["quality"])
 
@@ -80,6 +80,18 @@ def reverify(request, payload: ReverifyIn):
     source = version_by_label(team=request.team, label=payload.source) if payload.source else version
     job = services.reverification_start(version=version, source=source, actor=request.user)
     return Status(202, reverification_out(job))
+
+
+@router.get("/reverify/preview", response=ReverifyPreviewOut)
+def reverify_preview(request, version: str, source: str = ""):
+    """What POST /reverify with the same version and source would change, before anything is queued: how
+    many labels may change (an upper bound: replays that do not repeat are skipped), how many of those
+    rollouts a human decided (their human decision stays current) and how many current labels may change."""
+    require(request, "review")
+    verifier = version_by_label(team=request.team, label=version)
+    rescored = version_by_label(team=request.team, label=source) if source else verifier
+    services.reverification_check(version=verifier, source=rescored)
+    return selectors.reverification_preview(version=verifier, source=rescored)
 
 
 @router.get("/reverifications/{reverification_id}", response=ReverificationOut)

@@ -40,3 +40,14 @@ class ReverificationOut(Schema):
     message: str
     created_at: datetime
     finished_at: datetime | None
+
+
+class ReverifyPreviewOut(Schema):
+    version: str
+    source: str
+    labels_may_change: int  # rollouts that may get a new verifier label (upper bound)
+    human_decided: int  # of them, with a human decision: it stays their current label
+    current_may_change: int  # current labels that may change (upper bound; 0 for another version's verifier)
+    upper_bound: bool
+    summary: str  # "N labels would change, M of them human-decided; those stay."
+    detail: str

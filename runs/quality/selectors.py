@@ -23,6 +23,40 @@ def latest_reverification(*, version) -> Reverification | None:
     return Reverification.objects.filter(environment_version=version).select_related("source").first()
 
 
+def replayable_rollouts(*, version):
+    """Finished rollouts of a version with steps to replay."""
+    return (
+        Rollout.objects.filter(run__environment_version=version, status__in=DONE_STATUSES)
+        .select_related("run").order_by("id")
+    )
+
+
+def reverification_preview(*, version, source) -> dict:
+    """What re-verifying `source`'s stored rollouts with `version`'s verifier would do, before anything is
+    queued (runs.labels): each replayable rollout may get a new verifier label (an upper bound: a replay that
+    does not repeat its episode is skipped); the human-decided ones keep their human decision as the current
+    label, exactly counted from their review state. Only a re-verification by the rollouts' own version can
+    change a current label, that of an undecided rollout whose replay scores differently (again at most).
+    Two counts over the source's rollouts, whatever their number of labels."""
+    rollouts = replayable_rollouts(version=source)
+    total = rollouts.count()
+    decided = rollouts.filter(review_state__deciders__gt=0).count()
+    own = version.pk == source.pk
+    current_may_change = total - decided if own else 0
+    if own:
+        detail = (f"At most {current_may_change} current label{'' if current_may_change == 1 else 's'} may change: the"
+                  " undecided rollouts whose replay scores differently.")
+    else:
+        detail = (f"{version.label}'s labels are kept beside {source.label}'s own verifier's and change no current label;"
+                  " a rollout whose human decision they contradict is marked disagreement.")
+    return {
+        "version": version.label, "source": source.label, "labels_may_change": total, "human_decided": decided,
+        "current_may_change": current_may_change, "upper_bound": True,
+        "summary": f"{total} label{'' if total == 1 else 's'} would change, {decided} of them human-decided; those stay.",
+        "detail": detail,
+    }
+
+
 def audits_of(*, version):
     return Audit.objects.filter(environment_version=version).order_by("-created_at", "-id")
 

@@ -17,9 +17,10 @@ from studio.storage_quota import storage_quota_check
 from studio.errors import Conflict, DomainError
 
 from .. import services as run_services
-from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, Rollout, RunStatus
+from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunStatus
 from . import report as figures
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
+from .selectors import replayable_rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -298,21 +299,29 @@ def rollouts_reverify(*, version, rollouts, progress=None) -> tuple[list[RewardL
                                          else replayed.reason or "no reward")
                 skipped.append({"rollout": rollout.pk, "reason": why})
             else:
+                # A label of `version`'s verifier: beside the human decision and the run's own verifier's
+                # labels, current only over its own version's rollouts without a human decision (runs.labels).
                 labels.append(RewardLabel(
                     team_id=rollout.team_id, rollout_id=rollout.pk, source=LabelSource.VERIFIER, value=replayed.reward,
-                    decision=LabelDecision.PROPOSED, rationale=f"re-verified by {version.label}: {replayed.reason}"[:2000],
+                    verifier_version_id=version.pk, decision=LabelDecision.PROPOSED, rationale=f"re-verified by {version.label}: {replayed.reason}"[:2000],
                 ))
             if progress is not None and count % PROGRESS_EVERY == 0:
                 progress(count)
     return labels, skipped
 
 
-def reverification_start(*, version, source, actor) -> Reverification:
-    """Queue a background re-verification of `source`'s stored rollouts by `version`'s verifier."""
+def reverification_check(*, version, source) -> None:
+    """Raise InvalidAudit when `version`'s verifier may not re-score `source`'s rollouts."""
     if source.environment_id != version.environment_id:
         raise InvalidAudit("Re-verify rollouts of the same environment.", field="source")
     if refusal := reverification_refusal(version=version):
         raise InvalidAudit(refusal, field="version")
+
+
+def reverification_start(*, version, source, actor) -> Reverification:
+    """Queue a background re-verification of `source`'s stored rollouts by `version`'s verifier (its
+    preview, selectors.reverification_preview, says beforehand what it may change)."""
+    reverification_check(version=version, source=source)
     with transaction.atomic():
         job = Reverification.objects.create(
             team=version.environment.team, environment_version=version, source=source, created_by=actor,
@@ -359,9 +368,3 @@ def latest_audit(*, version):
     return Audit.objects.filter(environment_version=version).order_by("-created_at", "-id").first()
 
 
-def replayable_rollouts(*, version):
-    """Finished rollouts of a version with steps to replay."""
-    return (
-        Rollout.objects.filter(run__environment_version=version, status__in=figures.DONE_STATUSES)
-        .select_related("run").order_by("id")
-    )

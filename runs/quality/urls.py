@@ -9,6 +9,7 @@ urlpatterns = [
     path("quality/audits/<int:audit_id>/", views.audit_detail, name="audit"),
     path("quality/audits/<int:audit_id>/cancel/", views.audit_cancel, name="cancel"),
     path("quality/versions/<slug:slug>/<int:number>/reverify/", views.reverify_start, name="reverify"),
+    path("quality/versions/<slug:slug>/<int:number>/reverify/confirm/", views.reverify_confirm, name="reverify_confirm"),
     path("quality/reverifications/<int:reverification_id>/", views.reverification_part, name="reverification"),
     path("quality/compare/", views.version_ab, name="compare"),
 ]

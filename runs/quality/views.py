@@ -29,22 +29,51 @@ def version_card(request, slug, number):
     })
 
 
+def _reverify_source(request, env, version, params):
+    """The source version a re-verification form names (default: this one); a message and None when bad."""
+    try:
+        source_number = int(params.get("source") or version.number)
+    except ValueError:
+        messages.error(request, "Source: give a version number of this environment.")
+        return None
+    try:
+        return env_selectors.version_get(environment=env, number=source_number)
+    except Http404:
+        messages.error(request, f"Source: {env.slug} has no version {source_number}.")
+        return None
+
+
+@require_safe
+@team_view("review")
+def reverify_confirm(request, slug, number):
+    """Before anything is queued: what re-verifying `source`'s rollouts with this version's verifier would
+    change, and the button that queues it."""
+    env, version = _version(request, slug, number)
+    source = _reverify_source(request, env, version, request.GET)
+    back = redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+    if source is None:
+        return back
+    try:
+        services.reverification_check(version=version, source=source)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return back
+    return render(request, "quality/reverify_confirm.html", {
+        "env": env, "version": version, "source": source,
+        "preview": selectors.reverification_preview(version=version, source=source),
+    })
+
+
 @require_POST
 @team_view("review")
 def reverify_start(request, slug, number):
     """Queue a re-verification of a version's stored rollouts (`source`, a version number of the same
     environment; default this one) by this version's verifier; its progress shows on the card."""
     env, version = _version(request, slug, number)
-    try:
-        source_number = int(request.POST.get("source") or version.number)
-    except ValueError:
-        messages.error(request, "Source: give a version number of this environment.")
-    else:
+    source = _reverify_source(request, env, version, request.POST)
+    if source is not None:
         try:
-            source = env_selectors.version_get(environment=env, number=source_number)
             job = services.reverification_start(version=version, source=source, actor=request.user)
-        except Http404:
-            messages.error(request, f"Source: {env.slug} has no version {source_number}.")
         except DomainError as exc:
             messages.error(request, exc.message)
         else:

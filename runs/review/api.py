@@ -10,6 +10,7 @@ from studio.auth import require
 from studio.inputs import BIGINT_MAX
 
 from ..models import Rollout
+from .. import labels as layers
 from .. import selectors as run_selectors
 from . import selectors, services
 from .export import ExportFilter
@@ -27,11 +28,13 @@ class QueueQuery(Schema):
     min_reward: float | None = None
     max_reward: float | None = None
     outcome: Literal["pass", "fail"] | None = None
+    disagreement: bool = False  # rollouts where a newer verifier disagrees with the human decision, decided or not
 
     def filters(self) -> selectors.QueueFilters:
         return selectors.QueueFilters(
             environment=self.environment, version=self.version, run_id=self.run, agent_id=self.agent,
             min_reward=self.min_reward, max_reward=self.max_reward, verifier_outcome=self.outcome,
+            disagreement=self.disagreement,
         )
 
 
@@ -55,6 +58,7 @@ def _queue_item(r: Rollout) -> dict:
         "agent": r.run.agent.name, "task_id": r.task_id, "seed": r.seed, "status": r.status, "step_count": r.step_count,
         "proposed_reward": r.proposed_reward, "verifier_reason": r.verifier_reason,
         "reviews_required": max(1, r.run.reviews_required), "reviews_done": r.human_deciders,
+        "disagreement": r.in_disagreement,
     }
 
 
@@ -63,7 +67,7 @@ def _label_out(label) -> dict:
         "id": label.pk, "rollout_id": label.rollout_id, "step_index": label.step.index if label.step_id else None,
         "source": label.source, "decision": label.decision, "value": label.value,
         "reviewer": label.reviewer.username if label.reviewer_id else None, "rationale": label.rationale,
-        "created_at": label.created_at,
+        "created_at": label.created_at, "verifier_version_id": label.verifier_version_id,
     }
 
 
@@ -130,10 +134,12 @@ def rollout_labels(request, rollout_id: int):
     rollout = _rollout(request, rollout_id)
     labels = selectors.visible_labels(rollout, request.user)
     rollout_level = [label for label in labels if label.step_id is None]
+    current = layers.current_label_of(rollout_level, own_version_id=rollout.run.environment_version_id)
     return {
         "rollout_id": rollout.pk, "reviews_required": max(1, rollout.run.reviews_required),
         "review_open_for_you": selectors.review_open_for(rollout, request.user),
-        "current": _label_out(rollout_level[-1]) if rollout_level else None,
+        "current": _label_out(current) if current else None,
+        "disagreement": layers.in_disagreement(rollout_level, own_version_id=rollout.run.environment_version_id),
         "history": [_label_out(label) for label in labels],
     }
 

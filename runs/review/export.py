@@ -44,14 +44,15 @@ STEPS_SQL = (
     "SELECT rollout_id, index, action::text, observation::text, reward, terminated, truncated, info::text "
     "FROM runs_step WHERE rollout_id = ANY(%s) ORDER BY rollout_id, index"
 )
+# The current label of each rollout (runs.labels; runs_current_label_of in runs/sql/label_layers.sql).
 LABELS_SQL = (
-    "SELECT DISTINCT ON (l.rollout_id) l.rollout_id, l.value, l.decision, l.source, l.rationale, u.username, l.created_at "
-    "FROM runs_rewardlabel l LEFT JOIN auth_user u ON u.id = l.reviewer_id "
-    "WHERE l.rollout_id = ANY(%s) AND l.step_id IS NULL ORDER BY l.rollout_id, l.created_at DESC, l.id DESC"
+    "SELECT l.rollout_id, l.value, l.decision, l.source, l.rationale, u.username, l.created_at "
+    "FROM unnest(%s::bigint[]) AS rid CROSS JOIN LATERAL runs_current_label_of(rid) l "
+    "LEFT JOIN auth_user u ON u.id = l.reviewer_id"
 )
-# Rollouts the exporting reviewer still owes a blind review: only the verifier's labels count (see
+# Rollouts the exporting reviewer still owes a blind review: only the verifier's proposal counts (see
 # selectors.rollouts_owed_by; a reviewer who owes one has no label of their own on it yet).
-BLIND_LABELS_SQL = LABELS_SQL.replace("AND l.step_id IS NULL", "AND l.step_id IS NULL AND l.source = 'verifier'")
+BLIND_LABELS_SQL = LABELS_SQL.replace("runs_current_label_of", "runs_proposal_of")
 ANNOTATIONS_SQL = (
     "SELECT a.rollout_id, s.index, a.text, a.tags, u.username, a.created_at FROM runs_annotation a "
     "LEFT JOIN runs_step s ON s.id = a.step_id LEFT JOIN auth_user u ON u.id = a.author_id "

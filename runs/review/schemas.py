@@ -22,13 +22,15 @@ class LabelOut(Schema):
     reviewer: str | None
     rationale: str
     created_at: datetime
+    verifier_version_id: int | None = Field(None, description="a verifier label's version when not the run's own (re-verification)")
 
 
 class LabelHistoryOut(Schema):
     rollout_id: int
     reviews_required: int
     review_open_for_you: bool = Field(description="true while your independent review is owed; others' decisions are hidden until you decide")
-    current: LabelOut | None
+    current: LabelOut | None = Field(description="the latest human decision, else the newest label of the run's own verifier")
+    disagreement: bool = Field(False, description="a verifier label newer than the human decision judges otherwise")
     history: list[LabelOut]
 
 
@@ -62,6 +64,7 @@ class QueueItemOut(Schema):
     verifier_reason: str
     reviews_required: int
     reviews_done: int
+    disagreement: bool = False
 
 
 class QueuePage(Schema):
@@ -96,6 +99,19 @@ class HumanHumanOut(Schema):
     agreement_rate: float | None
 
 
+class VerifierAgreementOut(Schema):
+    """One verifier version's labels on these rollouts (the run's own, or a re-verification's) against the
+    current human decisions (blind review leaves out the decisions the viewer may not see yet)."""
+
+    version: str
+    own: bool = Field(description="the verifier of the version the rollouts ran on")
+    labelled: int
+    compared: int
+    agreeing: int
+    agreement_rate: float | None
+    disagreements: int
+
+
 class AgreementOut(Schema):
     rollouts: int
     rollouts_reviewed: int
@@ -108,3 +124,5 @@ class AgreementOut(Schema):
     human_human: HumanHumanOut
     tags: dict[str, int]
     verifier_often_overridden: bool
+    disagreements: int = Field(0, description="rollouts where a verifier label newer than the human decision judges otherwise")
+    by_verifier: list[VerifierAgreementOut] = Field(default_factory=list)

@@ -28,6 +28,9 @@ class QueueFilters:
     min_reward: float | None = None
     max_reward: float | None = None
     verifier_outcome: str | None = None  # "pass" (reward > 0) or "fail"
+    # Rollouts where a verifier label newer than the human decision judges otherwise (runs.labels), whether
+    # or not their reviews are complete: the queue then offers them to every reviewer, to decide again.
+    disagreement: bool = False
 
 
 def _rollout_labels():
@@ -60,6 +63,8 @@ def _filtered(queryset, filters: QueueFilters, *, rollout: str):
         queryset = queryset.filter(proposed_reward__gt=0)
     elif filters.verifier_outcome == "fail":
         queryset = queryset.filter(proposed_reward__lte=0)
+    if filters.disagreement:
+        queryset = queryset.filter(**{"disagreement" if rollout else "review_state__disagreement": True})
     return queryset
 
 
@@ -67,8 +72,13 @@ def _queue_states(*, team, reviewer, filters: QueueFilters | None = None):
     """The review states of the rollouts that wait for `reviewer` (see review_queue), in rollout id order:
     read from the partial index of the team's open states, which carries who decided each, and joined to
     rollouts and runs only for the filters that need them. Readers narrow it to the reviewer's cursor
-    (`_queue_ids`), so the ones the reviewer decided that still wait for others are not walked again."""
-    states = _filtered(ReviewState.objects.filter(team=team, open=True), filters or QueueFilters(), rollout="rollout__")
+    (`_queue_ids`), so the ones the reviewer decided that still wait for others are not walked again.
+    With the disagreement filter: the team's states in disagreement, from their own partial index, decided
+    or not (deciding again after the newer verifier label ends the disagreement), with no cursor."""
+    filters = filters or QueueFilters()
+    if filters.disagreement:
+        return _filtered(ReviewState.objects.filter(team=team), filters, rollout="rollout__").order_by("rollout_id")
+    states = _filtered(ReviewState.objects.filter(team=team, open=True), filters, rollout="rollout__")
     return states.exclude(decider_ids__contains=[reviewer.pk]).order_by("rollout_id")
 
 
@@ -118,12 +128,15 @@ def _at_cursor(states, below: int, holes: list[int]):
 def _queue_ids(*, team, reviewer, filters: QueueFilters | None, after: int | None = None, n: int,
                cursor: tuple[int, list[int]] | None = None) -> list[int]:
     """The first `n` rollout ids of the queue (after `after`), from the reviewer's cursor (moved now unless
-    given): its holes and the open states from `below` on, each part read through the index, merged."""
-    below, holes = cursor or queue_cursor(team=team, reviewer=reviewer)
+    given): its holes and the open states from `below` on, each part read through the index, merged.
+    The disagreement filter reads its own index, with no cursor."""
     states = _queue_states(team=team, reviewer=reviewer, filters=filters)
     if after is not None:
         states = states.filter(rollout_id__gt=after)
     ids = lambda qs: qs.values_list("rollout_id", flat=True)  # noqa: E731
+    if filters is not None and filters.disagreement:
+        return list(ids(states)[:n])
+    below, holes = cursor or queue_cursor(team=team, reviewer=reviewer)
     far = ids(states.filter(rollout_id__gte=below))[:n]
     near = ids(states.filter(rollout_id__in=holes or [-1]))[:n]
     return sorted(near.union(far, all=True))[:n]
@@ -139,13 +152,15 @@ def review_queue(*, team, reviewer, filters: QueueFilters | None = None):
     review_queue_page, which costs that page however long the queue is and however much of it the
     reviewer decided; this queryset is for walking it (bulk decisions).
     """
-    below, holes = queue_cursor(team=team, reviewer=reviewer)
-    ids = _at_cursor(_queue_states(team=team, reviewer=reviewer, filters=filters), below, holes).values("rollout_id")
-    return _queue_rollouts(Rollout.objects.filter(team=team, pk__in=ids)).order_by("id")
+    states = _queue_states(team=team, reviewer=reviewer, filters=filters)
+    if not (filters is not None and filters.disagreement):
+        states = _at_cursor(states, *queue_cursor(team=team, reviewer=reviewer))
+    return _queue_rollouts(Rollout.objects.filter(team=team, pk__in=states.values("rollout_id"))).order_by("id")
 
 
 def _queue_rollouts(rollouts):
-    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"), human_deciders=F("review_state__deciders"))
+    rollouts = rollouts.annotate(proposed_reward=F("review_state__proposed_reward"), human_deciders=F("review_state__deciders"),
+                                 in_disagreement=F("review_state__disagreement"))
     return without_version_content(rollouts.select_related("run__environment_version__environment", "run__agent"),
                                    "run__environment_version")
 
@@ -184,7 +199,8 @@ def review_queue_count(*, team, reviewer, filters: QueueFilters | None = None, m
 
 def next_in_queue(*, team, reviewer, after_rollout_id: int | None = None, filters: QueueFilters | None = None):
     """The item after `after_rollout_id` in queue order, wrapping to the start for skipped ones; None when done."""
-    cursor = queue_cursor(team=team, reviewer=reviewer)  # moved once for both reads
+    disagreement = filters is not None and filters.disagreement
+    cursor = None if disagreement else queue_cursor(team=team, reviewer=reviewer)  # moved once for both reads
     if after_rollout_id is not None:
         following = review_queue_page(team=team, reviewer=reviewer, filters=filters, after=after_rollout_id, limit=1,
                                       cursor=cursor)
@@ -281,9 +297,18 @@ def _round(x):
 _AGREEMENT_SQL = """
 SELECT coalesce(sum(reviewed), 0), coalesce(sum(approved), 0), coalesce(sum(rejected), 0), coalesce(sum(overridden), 0),
     coalesce(sum(decisions), 0), coalesce(sum(tt), 0), coalesce(sum(tf), 0), coalesce(sum(ft), 0), coalesce(sum(ff), 0),
-    coalesce(sum(multi), 0), coalesce(sum(pairs), 0), coalesce(sum(agreeing), 0),
+    coalesce(sum(multi), 0), coalesce(sum(pairs), 0), coalesce(sum(agreeing), 0), coalesce(sum(disagreements), 0),
     (SELECT coalesce(sum(total), 0) FROM runs_runtally WHERE run_id IN ({runs}))
 FROM runs_agreementtally WHERE rollout_id IS NULL AND run_id IN ({runs})
+"""
+# Per verifier version (VerifierTally, runs/sql/agreement_tally.sql): the run's own first, then by version number.
+_BY_VERIFIER_SQL = """
+SELECT v.id, e.slug || '@' || v.number, bool_or(v.id = u.environment_version_id), sum(t.labelled), sum(t.compared),
+    sum(t.agreeing), sum(t.disagreements)
+FROM runs_verifiertally t JOIN runs_run u ON u.id = t.run_id
+    JOIN environments_environmentversion v ON v.id = t.verifier_version_id JOIN environments_environment e ON e.id = v.environment_id
+WHERE t.rollout_id IS NULL AND t.run_id IN ({runs})
+GROUP BY v.id, e.slug, v.number HAVING sum(t.labelled) > 0 ORDER BY bool_or(v.id = u.environment_version_id) DESC, v.number
 """
 _AGREEMENT_TAGS_SQL = """
 SELECT tag, count(*) FROM runs_annotation a JOIN runs_rollout r ON r.id = a.rollout_id, unnest(a.tags) AS tag
@@ -306,10 +331,25 @@ SELECT """ + ", ".join(
 ) + " FROM b"
 
 
+# The same for the per-version figures (VerifierBlindTally), by verifier version id.
+_VERIFIER_BLIND_SQL = """
+SELECT verifier_version_id, """ + ", ".join(
+    f"coalesce(sum({f}) FILTER (WHERE reviewer_id IS NULL), 0) - coalesce(sum({f}) FILTER (WHERE reviewer_id IS NOT NULL), 0)"
+    for f in ("compared", "agreeing", "disagreements")
+) + """ FROM runs_verifierblindtally WHERE (reviewer_id IS NULL OR reviewer_id = %s) AND run_id IN (
+    SELECT id FROM runs_run WHERE id IN ({runs})
+    AND team_id IN (SELECT team_id FROM studio_membership WHERE user_id = %s AND role = ANY(%s)))
+GROUP BY verifier_version_id
+"""
+
+
 def agreement(*, version=None, run=None, viewer=None) -> dict:
     """Agreement figures on pass/fail (pass = reward > 0) over the rollouts of a version or a run.
 
-    Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal.
+    Each human reviewer's latest rollout-level decision is one rating; the verifier's is its proposal (the
+    newest label of the run's own verifier, runs.labels). `disagreements` counts the rollouts where a newer
+    verifier label judges otherwise than the human decision; `by_verifier` compares each verifier version that
+    labelled them (the run's own and any re-verification's) with the human decisions (VerifierTally).
     Read from the tallies a database trigger keeps as labels are added (AgreementTally, runs/sql/agreement_tally.sql):
     a fixed number of rows per run, however many rollouts and labels it has. With a `viewer`, human
     decisions on rollouts they still owe a review are left out (blind review, rollouts_owed_by's rule):
@@ -326,9 +366,12 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
     with connection.cursor() as cursor:
         cursor.execute(_AGREEMENT_SQL.format(runs=runs), [param, param])
         (reviewed, approved, rejected, overridden, human_decisions, tt, tf, ft, ff,
-         rollouts_multi, human_pairs, agreeing_human_pairs, rollouts) = (int(x) for x in cursor.fetchone())
+         rollouts_multi, human_pairs, agreeing_human_pairs, disagreements, rollouts) = (int(x) for x in cursor.fetchone())
         cursor.execute(_AGREEMENT_TAGS_SQL.format(runs=runs), [param])
         tags = dict(cursor.fetchall())
+        cursor.execute(_BY_VERIFIER_SQL.format(runs=runs), [param])
+        by_verifier = cursor.fetchall()
+    hidden_by_verifier = {}
     if viewer is not None and getattr(viewer, "pk", None):
         with connection.cursor() as cursor:
             cursor.execute(_BLIND_SQL.replace("{runs}", runs), [viewer.pk, param, viewer.pk, _review_roles()])
@@ -342,6 +385,10 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
         approved -= hidden["approved"]
         rejected -= hidden["rejected"]
         overridden -= hidden["overridden"]
+        disagreements -= hidden["disagreements"]
+        with connection.cursor() as cursor:
+            cursor.execute(_VERIFIER_BLIND_SQL.replace("{runs}", runs), [viewer.pk, param, viewer.pk, _review_roles()])
+            hidden_by_verifier = {row[0]: tuple(int(x) for x in row[1:]) for row in cursor.fetchall()}
     changed = overridden + rejected
     override_rate = changed / human_decisions if human_decisions else None
     compared = tt + tf + ft + ff
@@ -372,4 +419,13 @@ def agreement(*, version=None, run=None, viewer=None) -> dict:
         "verifier_often_overridden": bool(
             human_decisions >= FLAG_MIN_DECISIONS and override_rate is not None and override_rate >= FLAG_OVERRIDE_RATE
         ),
+        "disagreements": disagreements,
+        "by_verifier": [_verifier_row(row, hidden_by_verifier.get(row[0], (0, 0, 0))) for row in by_verifier],
     }
+
+
+def _verifier_row(row, hidden) -> dict:
+    _, label, own, labelled, compared, agreeing, disagreements = row
+    compared, agreeing, disagreements = (int(x) - h for x, h in zip((compared, agreeing, disagreements), hidden))
+    return {"version": label, "own": own, "labelled": int(labelled), "compared": compared, "agreeing": agreeing,
+            "agreement_rate": _round(agreeing / compared) if compared else None, "disagreements": disagreements}

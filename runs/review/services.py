@@ -4,6 +4,7 @@ from django.db import transaction
 from studio.errors import Conflict, DomainError
 from studio.models import Membership
 
+from ..labels import own_layer
 from ..models import Annotation, LabelDecision, LabelSource, RewardLabel, Rollout, Step
 
 HUMAN_DECISIONS = (LabelDecision.APPROVED, LabelDecision.REJECTED, LabelDecision.OVERRIDDEN)
@@ -65,7 +66,10 @@ def label_decide(*, rollout: Rollout, actor, decision: str, value: float | None 
         Rollout.objects.select_for_update().filter(pk=rollout.pk).values_list("pk").get()
         labels = RewardLabel.objects.filter(rollout=rollout, step=step)
         if decision == LabelDecision.APPROVED:
-            proposal = labels.filter(source=LabelSource.VERIFIER).order_by("-created_at", "-id").first()
+            # What the run's own verifier proposed: a re-verification's label by another version is shown
+            # beside it (runs.labels) but is not what an approval keeps.
+            proposal = (labels.filter(source=LabelSource.VERIFIER).filter(own_layer(run_version=rollout.run.environment_version_id))
+                        .order_by("-created_at", "-id").first())
             value = proposal.value if proposal else value
             if value is None:
                 # Approved labels are training data: a rollout that produced no reward has nothing to approve.

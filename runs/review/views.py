@@ -11,6 +11,7 @@ from environments.selectors import environments_for_team
 from studio.access import team_view
 from studio.errors import DomainError
 
+from .. import labels as layers
 from .. import selectors as run_selectors
 from . import selectors, services
 from .export import ExportFilter, InvalidExport, export_count
@@ -18,7 +19,7 @@ from .export_chat import ARGUMENT_MODES
 from .export_http import export_response
 
 QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
-FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome")
+FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome", "disagreement")
 
 
 def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
@@ -39,7 +40,7 @@ def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
     filters = selectors.QueueFilters(
         environment=raw["environment"] or None, version=number("version", int), run_id=number("run", int),
         agent_id=number("agent", int), min_reward=number("min_reward", float), max_reward=number("max_reward", float),
-        verifier_outcome=outcome,
+        verifier_outcome=outcome, disagreement=raw["disagreement"] in ("1", "true", "on"),
     )
     return filters, {k: v for k, v in raw.items() if v}, errors
 
@@ -129,9 +130,13 @@ def _item_page(request, rollout_id):
     _, active, _ = _filters(request.GET)
     open_for_me = selectors.review_open_for(rollout, request.user)
     labels = selectors.visible_labels(rollout, request.user)
-    proposal = next((label for label in reversed(labels) if label.source == "verifier"), None)
+    rollout_level = [label for label in labels if label.step_id is None]
+    own = rollout.run.environment_version_id
     return render(request, "review/item.html", {
-        "rollout": rollout, "labels": labels, "proposal": proposal, "open_for_me": open_for_me,
+        "rollout": rollout, "labels": labels, "open_for_me": open_for_me,
+        "proposal": layers.proposal_of(rollout_level, own_version_id=own),
+        "current": layers.current_label_of(rollout_level, own_version_id=own),
+        "disagreement": layers.in_disagreement(rollout_level, own_version_id=own),
         "can_review": request.membership.can_review, "can_annotate": request.membership.can_review or request.membership.can_author,
         "annotations": selectors.annotations_for(rollout=rollout), "quick_tags": QUICK_TAGS,
         "qs": _qs(active), "active": active,

@@ -1,18 +1,19 @@
 -- AgreementTally: one rollout's agreement contribution, from its rollout-level labels (each reviewer's
--- latest decision is a rating, judged against the verifier's latest proposal), kept in the rollout's own
--- row (with its human decisions and deciders) and summed in its run's NULL-rollout rows; a new label
--- takes the rollout's old contribution out and puts the new one in, here and in BlindTally
--- (runs_blind_add, blind_tally.sql) while the rollout's review is under way (0 < deciders < K).
--- Python reference: runs.review.selectors (agreement reads these rows; cohen_kappa / kappa_of_counts).
+-- latest decision is a rating, judged against the proposal: the newest label of the run's own verifier,
+-- runs_proposal_of in label_layers.sql), kept in the rollout's own row (with its human decisions, deciders and
+-- whether a newer verifier disagrees with the human, runs_disagreement_of) and summed in its run's NULL-rollout
+-- rows; a new label takes the rollout's old contribution out and puts the new one in, here, in BlindTally
+-- (runs_blind_add, blind_tally.sql) while the rollout's review is under way (0 < deciders < K), and in
+-- VerifierTally (per verifier version: rollouts labelled, compared with a human, agreeing, disagreeing;
+-- runs_verifier_counts_of), whose rollout rows hold each rollout's contribution like AgreementTally's, and
+-- VerifierBlindTally (runs_verifier_blind_add) while under way.
+-- Python reference: runs.review.selectors (agreement reads these rows; cohen_kappa / kappa_of_counts), runs.labels.
 -- Edit here, then add a migration that loads this file again (docs/architecture.md, "Database rules").
 
 CREATE OR REPLACE FUNCTION runs_agreement_of(rid bigint)
 RETURNS TABLE(reviewed int, tt int, tf int, ft int, ff int, multi int, pairs bigint, agreeing bigint) AS $$
     WITH labels AS (SELECT * FROM runs_rewardlabel WHERE rollout_id = rid AND step_id IS NULL),
-    verifier AS (
-        SELECT (value IS NOT NULL AND value > 0) AS pass FROM labels WHERE source = 'verifier'
-        ORDER BY created_at DESC, id DESC LIMIT 1
-    ),
+    verifier AS (SELECT (value IS NOT NULL AND value > 0) AS pass FROM runs_proposal_of(rid)),
     latest AS (
         SELECT DISTINCT ON (reviewer_id) decision, value FROM labels WHERE source = 'human'
         ORDER BY reviewer_id, created_at DESC, id DESC
@@ -49,33 +50,57 @@ BEGIN
     FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id WHERE r.id = NEW.rollout_id;
     -- Two labels of one rollout at once: the second waits here for the first, then sees its label.
     INSERT INTO runs_agreementtally (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing, deciders)
-    VALUES (run_, NEW.rollout_id, shard_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '{}') ON CONFLICT (rollout_id) DO NOTHING;
+        tt, tf, ft, ff, multi, pairs, agreeing, disagreements, deciders)
+    VALUES (run_, NEW.rollout_id, shard_, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '{}') ON CONFLICT (rollout_id) DO NOTHING;
     SELECT * INTO was FROM runs_agreementtally WHERE rollout_id = NEW.rollout_id FOR UPDATE;
-    SELECT * INTO now_ FROM runs_agreement_of(NEW.rollout_id);
+    SELECT a.*, runs_disagreement_of(NEW.rollout_id)::int AS disagreements INTO now_ FROM runs_agreement_of(NEW.rollout_id) a;
     SELECT coalesce(array_agg(DISTINCT l.reviewer_id ORDER BY l.reviewer_id), '{}') INTO deciders_
     FROM runs_rewardlabel l
     WHERE l.rollout_id = NEW.rollout_id AND l.step_id IS NULL AND l.source = 'human' AND l.reviewer_id IS NOT NULL;
     UPDATE runs_agreementtally SET reviewed = now_.reviewed, tt = now_.tt, tf = now_.tf, ft = now_.ft, ff = now_.ff,
-        multi = now_.multi, pairs = now_.pairs, agreeing = now_.agreeing,
+        multi = now_.multi, pairs = now_.pairs, agreeing = now_.agreeing, disagreements = now_.disagreements,
         approved = approved + human * coalesce((NEW.decision = 'approved')::int, 0),
         rejected = rejected + human * coalesce((NEW.decision = 'rejected')::int, 0),
         overridden = overridden + human * coalesce((NEW.decision = 'overridden')::int, 0),
         decisions = decisions + human, deciders = deciders_
     WHERE rollout_id = NEW.rollout_id RETURNING * INTO cur;
     INSERT INTO runs_agreementtally AS t (run_id, rollout_id, shard, reviewed, approved, rejected, overridden, decisions,
-        tt, tf, ft, ff, multi, pairs, agreeing, deciders)
+        tt, tf, ft, ff, multi, pairs, agreeing, disagreements, deciders)
     VALUES (run_, NULL, shard_, now_.reviewed - was.reviewed,
         human * (NEW.decision = 'approved')::int, human * (NEW.decision = 'rejected')::int,
         human * (NEW.decision = 'overridden')::int, human,
         now_.tt - was.tt, now_.tf - was.tf, now_.ft - was.ft, now_.ff - was.ff,
-        now_.multi - was.multi, now_.pairs - was.pairs, now_.agreeing - was.agreeing, '{}')
+        now_.multi - was.multi, now_.pairs - was.pairs, now_.agreeing - was.agreeing,
+        now_.disagreements - was.disagreements, '{}')
     ON CONFLICT (run_id, shard) WHERE rollout_id IS NULL DO UPDATE SET
         reviewed = t.reviewed + EXCLUDED.reviewed, approved = t.approved + EXCLUDED.approved,
         rejected = t.rejected + EXCLUDED.rejected, overridden = t.overridden + EXCLUDED.overridden,
         decisions = t.decisions + EXCLUDED.decisions, tt = t.tt + EXCLUDED.tt, tf = t.tf + EXCLUDED.tf,
         ft = t.ft + EXCLUDED.ft, ff = t.ff + EXCLUDED.ff, multi = t.multi + EXCLUDED.multi,
-        pairs = t.pairs + EXCLUDED.pairs, agreeing = t.agreeing + EXCLUDED.agreeing;
+        pairs = t.pairs + EXCLUDED.pairs, agreeing = t.agreeing + EXCLUDED.agreeing,
+        disagreements = t.disagreements + EXCLUDED.disagreements;
+    -- Per verifier version: the rollout's new contributions less its old ones into the run's totals, then
+    -- its own rows replaced (the rollout's row lock above orders two labels of one rollout).
+    INSERT INTO runs_verifiertally AS t (run_id, rollout_id, verifier_version_id, shard, labelled, compared, agreeing,
+        disagreements)
+    SELECT run_, NULL, verifier_version_id, shard_, coalesce(n.labelled, 0) - coalesce(w.labelled, 0),
+        coalesce(n.compared, 0) - coalesce(w.compared, 0), coalesce(n.agreeing, 0) - coalesce(w.agreeing, 0),
+        coalesce(n.disagreements, 0) - coalesce(w.disagreements, 0)
+    FROM runs_verifier_counts_of(NEW.rollout_id) n
+    FULL JOIN (SELECT * FROM runs_verifiertally WHERE rollout_id = NEW.rollout_id) w USING (verifier_version_id)
+    ON CONFLICT (run_id, verifier_version_id, shard) WHERE rollout_id IS NULL DO UPDATE SET
+        labelled = t.labelled + EXCLUDED.labelled, compared = t.compared + EXCLUDED.compared,
+        agreeing = t.agreeing + EXCLUDED.agreeing, disagreements = t.disagreements + EXCLUDED.disagreements;
+    IF cardinality(was.deciders) > 0 AND cardinality(was.deciders) < k THEN
+        PERFORM runs_verifier_blind_add(run_, shard_, NEW.rollout_id, was.deciders, -1);
+    END IF;
+    DELETE FROM runs_verifiertally WHERE rollout_id = NEW.rollout_id;
+    INSERT INTO runs_verifiertally (run_id, rollout_id, verifier_version_id, shard, labelled, compared, agreeing, disagreements)
+    SELECT run_, NEW.rollout_id, verifier_version_id, shard_, labelled, compared, agreeing, disagreements
+    FROM runs_verifier_counts_of(NEW.rollout_id);
+    IF cardinality(cur.deciders) > 0 AND cardinality(cur.deciders) < k THEN
+        PERFORM runs_verifier_blind_add(run_, shard_, NEW.rollout_id, cur.deciders, 1);
+    END IF;
     -- Blind review: the rollout's old contribution out, its new one in, where its review is under way.
     IF cardinality(was.deciders) > 0 AND cardinality(was.deciders) < k THEN
         PERFORM runs_blind_add(run_, shard_, was, -1);

@@ -15,6 +15,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 RULE_FILES = (
     "studio/sql/refuse_update.sql",
     "runs/sql/run_tally.sql",
+    "runs/sql/label_layers.sql",
     "runs/sql/agreement_tally.sql",
     "runs/sql/blind_tally.sql",
     "runs/sql/review_state.sql",

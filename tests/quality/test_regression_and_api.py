@@ -13,7 +13,7 @@ from tests.conftest import api_for, login
 from tests.runs.rollout_factories import package_version, play_run, random_agent
 from runs import services as run_services
 
-from tests.quality.audits import play_audit
+from tests.quality.audits import passed_audit, play_audit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,11 +85,6 @@ def test_reverification_is_refused_for_a_version_whose_episodes_do_not_repeat(te
     response = owner_api.post("/reverify", {"version": "counter2@1"})
     assert response.status_code == 400 and response.json()["field"] == "version"
     assert "do not repeat" in response.json()["detail"] and not Reverification.objects.exists()
-
-
-def passed_audit(team, version):
-    return Audit.objects.create(team=team, environment_version=version, status=AuditStatus.PASSED, seeds=[0],
-                                report={"status": "passed", "determinism": {"pairs": 1, "identical": 1, "divergent": []}, "lines": []})
 
 
 def test_api_queues_a_reverification_and_shows_its_progress_to_the_team_only(team, owner, owner_api, outsider_api, labelled_v1):

@@ -17,6 +17,7 @@ from runs.figures import DONE_STATUSES, RETURN_STATUSES, rollout_succeeded, run_
 from runs.models import (
     LabelDecision, LabelSource, ReviewState, RewardLabel, Rollout, RolloutStatus, Run, RunTally, Step,
 )
+from runs import labels as layers
 from runs.review import selectors, services
 from runs.services import agent_get_or_create
 from studio.errors import DomainError
@@ -55,16 +56,17 @@ def _version(team, actor, slug, success=None):
 # -- review: agreement, blind review and review state ------------------------------------------------------
 
 
-def _contribution(labels: list[RewardLabel]) -> dict:
+def _contribution(labels: list[RewardLabel], *, own_version_id) -> dict:
     """One rollout's agreement counts from its rollout-level labels, oldest first, by the definitions of
-    selectors.agreement: each reviewer's latest decision is a rating, judged against the verifier's latest
-    proposal (pass = value > 0); approved keeps the verifier's verdict, rejected flips it, overridden is its value."""
+    selectors.agreement: each reviewer's latest decision is a rating, judged against the proposal (the newest
+    label of the run's own verifier, runs.labels; pass = value > 0); approved keeps the verifier's verdict,
+    rejected flips it, overridden is its value. Disagreement and the per-version counts by runs.labels."""
     humans = [label for label in labels if label.source == LabelSource.HUMAN]
-    verifier = [label for label in labels if label.source == LabelSource.VERIFIER]
+    proposal = layers.proposal_of(labels, own_version_id=own_version_id)
     latest = {label.reviewer_id: label for label in humans}  # oldest first, so the last one wins
     ratings = []
-    if verifier:
-        v = verifier[-1].value is not None and verifier[-1].value > 0
+    if proposal:
+        v = proposal.value is not None and proposal.value > 0
         for label in latest.values():
             if label.decision == LabelDecision.APPROVED:
                 h = v
@@ -81,16 +83,35 @@ def _contribution(labels: list[RewardLabel]) -> dict:
         "ratings": ratings, "multi": int(n > 1), "pairs": n * (n - 1) // 2 if n > 1 else 0,
         "agreeing": p * (p - 1) // 2 + (n - p) * (n - p - 1) // 2 if n > 1 else 0,
         "deciders": {label.reviewer_id for label in humans if label.reviewer_id is not None},
-        "proposal": verifier[-1] if verifier else None,
+        "proposal": proposal,
+        "disagreements": int(layers.in_disagreement(labels, own_version_id=own_version_id)),
+        "by_verifier": layers.verifier_counts(labels, own_version_id=own_version_id),
     }
 
 
-def _expected_agreement(contributions: list[dict], *, rollouts: int) -> dict:
+def _expected_by_verifier(labelled: list[dict], seen: list[dict], *, names: dict, own_version_id) -> list[dict]:
+    """Per verifier version: rollouts labelled (all of them), compared/agreeing/disagreeing (those seen)."""
+    sums = {}
+    for c, counted in [(c, False) for c in labelled] + [(c, True) for c in seen]:
+        for version_id, counts in c["by_verifier"].items():
+            row = sums.setdefault(version_id, Counter())
+            if counted:
+                row.update({key: counts[key] for key in ("compared", "agreeing", "disagreements")})
+            else:
+                row["labelled"] += counts["labelled"]
+    rows = sorted(sums.items(), key=lambda item: (item[0] != own_version_id, names[item[0]]))
+    return [{"version": names[version_id], "own": version_id == own_version_id, "labelled": row["labelled"],
+             "compared": row["compared"], "agreeing": row["agreeing"], "disagreements": row["disagreements"],
+             "agreement_rate": round(row["agreeing"] / row["compared"], 4) if row["compared"] else None}
+            for version_id, row in rows]
+
+
+def _expected_agreement(contributions: list[dict], *, rollouts: int, by_verifier: list[dict]) -> dict:
     total = Counter()
     ratings = []
     for c in contributions:
         total.update({key: c[key] for key in ("reviewed", "decisions", "approved", "rejected", "overridden", "multi",
-                                              "pairs", "agreeing")})
+                                              "pairs", "agreeing", "disagreements")})
         ratings += c["ratings"]
     count = Counter(ratings)
     tt, tf, ft, ff = count[(True, True)], count[(True, False)], count[(False, True)], count[(False, False)]
@@ -113,6 +134,8 @@ def _expected_agreement(contributions: list[dict], *, rollouts: int) -> dict:
         "tags": {},
         "verifier_often_overridden": bool(decisions >= selectors.FLAG_MIN_DECISIONS and override_rate is not None
                                           and override_rate >= selectors.FLAG_OVERRIDE_RATE),
+        "disagreements": total["disagreements"],
+        "by_verifier": by_verifier,
     }
 
 
@@ -120,7 +143,8 @@ label_events = st.lists(
     st.one_of(
         st.tuples(st.just("human"), st.integers(0, ROLLOUTS - 1), st.integers(0, 2),
                   st.sampled_from(["approved", "rejected", "overridden"]), st.one_of(st.none(), REWARDS)),
-        st.tuples(st.just("verifier"), st.integers(0, ROLLOUTS - 1), st.one_of(st.none(), REWARDS)),
+        # A later verifier label: the run's own verifier again, or another version's (a re-verification).
+        st.tuples(st.just("verifier"), st.integers(0, ROLLOUTS - 1), st.one_of(st.none(), REWARDS), st.booleans()),
         st.tuples(st.just("step"), st.integers(0, ROLLOUTS - 1), st.integers(0, 2), REWARDS),
     ),
     min_size=8,
@@ -140,6 +164,8 @@ def test_agreement_and_review_state_tallies_equal_the_python_definitions_over_ra
     agent = agent_get_or_create(team=team, actor=owner, name="random", kind="random")
 
     def history():
+        other = _version(team, owner, "counter-other")  # its verifier re-verifies
+        names = {version.pk: version.label, other.pk: other.label}
         run = Run.objects.create(team=team, environment_version=version, agent=agent, task_ids=["t1"], seeds=[0],
                                  reviews_required=reviews_required, status="finished", created_by=owner)
         rollouts = [Rollout.objects.create(team=team, run=run, task_id="t1", seed=i, status=RolloutStatus.SUCCEEDED)
@@ -157,7 +183,8 @@ def test_agreement_and_review_state_tallies_equal_the_python_definitions_over_ra
                                           rationale="because")
                 elif event[0] == "verifier":
                     RewardLabel.objects.create(team=team, rollout=rollouts[i], source=LabelSource.VERIFIER,
-                                               value=event[2], decision=LabelDecision.PROPOSED)
+                                               value=event[2], decision=LabelDecision.PROPOSED,
+                                               verifier_version=other if event[3] else None)
                 else:
                     services.label_decide(rollout=rollouts[i], actor=cast[event[2]], decision="overridden",
                                           value=event[3], rationale="a step", step=steps[i])
@@ -167,27 +194,31 @@ def test_agreement_and_review_state_tallies_equal_the_python_definitions_over_ra
         contributions = {}
         for rollout in rollouts:
             labels = list(RewardLabel.objects.filter(rollout=rollout, step__isnull=True).order_by("created_at", "id"))
-            contributions[rollout.pk] = _contribution(labels)
-        assert selectors.agreement(run=run) == _expected_agreement(list(contributions.values()), rollouts=len(rollouts))
-        assert selectors.agreement(version=version) == _expected_agreement(
-            list(contributions.values()), rollouts=len(rollouts))
+            contributions[rollout.pk] = _contribution(labels, own_version_id=version.pk)
+        every = list(contributions.values())
+        expected = _expected_agreement(every, rollouts=len(rollouts), by_verifier=_expected_by_verifier(
+            every, every, names=names, own_version_id=version.pk))
+        assert selectors.agreement(run=run) == expected
+        assert selectors.agreement(version=version) == expected
 
         k = max(1, reviews_required)
         for viewer in cast:
             # Blind review: a rollout under way (0 < deciders < K) that the viewer has not decided is left out.
             seen = [c for c in contributions.values() if not (0 < len(c["deciders"]) < k and viewer.pk not in c["deciders"])]
-            assert selectors.agreement(run=run, viewer=viewer) == _expected_agreement(seen, rollouts=len(rollouts))
+            assert selectors.agreement(run=run, viewer=viewer) == _expected_agreement(
+                seen, rollouts=len(rollouts), by_verifier=_expected_by_verifier(every, seen, names=names, own_version_id=version.pk))
 
         states = {s.rollout_id: s for s in ReviewState.objects.filter(rollout__in=rollouts)}
         for rollout in rollouts:
             c, state = contributions[rollout.pk], states.get(rollout.pk)
-            if c["proposal"] is None and not c["deciders"]:
+            if c["proposal"] is None and not c["deciders"] and not c["by_verifier"]:  # no rollout-level label
                 assert state is None
                 continue
             proposal = c["proposal"]
-            assert (state.proposed_reward, state.has_proposal, state.deciders, set(state.decider_ids), state.open) == (
+            assert (state.proposed_reward, state.has_proposal, state.deciders, set(state.decider_ids), state.open,
+                    state.disagreement) == (
                 proposal.value if proposal else None, proposal is not None, len(c["deciders"]), c["deciders"],
-                proposal is not None and len(c["deciders"]) < k,
+                proposal is not None and len(c["deciders"]) < k, bool(c["disagreements"]),
             )
 
     _each_example_rolled_back(history)
