@@ -310,7 +310,7 @@ def _body_snippet(response: httpx.Response) -> str:
 
 def _as_text(value) -> str:
     # Arrays (image observations) in their inline JSON form (docs/observations.md).
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True, default=array_json_default)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=array_json_default)
 
 
 # What the model reads after each of its actions: one definition, used by the policy and by exports

@@ -32,7 +32,7 @@ STORE_KEY = "studio"
 
 
 def _text(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def tool_infos(tools) -> list[ToolInfo]:

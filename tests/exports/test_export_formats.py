@@ -12,6 +12,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from trl import chat_template_utils as trl_templates
 
 from runs import services
+from runs.models import Step
 from runs.review import services as review_services
 from tests.agents.conftest import reply, tool_call
 from tests.conftest import login
@@ -182,3 +183,23 @@ def test_the_inspect_log_export_reads_back_with_inspect(owner_api, mixed, tmp_pa
     assert log.results.scores[0].metrics["mean"].value == pytest.approx((1.0 + 1.0 + 0.0 + 0.5) / 4)
     response = owner_api.get("/review/export", {"format": "inspect", "file": "parquet"})
     assert response.status_code == 400 and response.json()["field"] == "file"
+
+
+def test_every_export_keeps_the_environments_key_order(owner_api, make_run):
+    """An environment that puts `zeta` before `alpha` finds it so in trajectory and chat exports alike."""
+    run = make_run([1.0], steps=2)
+    observation = {"zeta": 1, "alpha": {"y": 2, "b": 3}}
+    for step in Step.objects.filter(rollout__run=run):
+        step.observation = observation
+        step.save(update_fields=["observation"])
+    in_order = json.dumps(observation, ensure_ascii=False)
+
+    body, _ = download(owner_api, f"/runs/{run.pk}/export", format="trajectory", decision="all")
+    (row,) = [json.loads(line) for line in body.decode().splitlines()]
+    assert [list(step["observation"]) for step in row["steps"]] == [["zeta", "alpha"]] * 2
+    assert list(row["steps"][0]["observation"]["alpha"]) == ["y", "b"]
+
+    body, _ = download(owner_api, f"/runs/{run.pk}/export", format="chat", decision="all")
+    (row,) = [json.loads(line) for line in body.decode().splitlines()]
+    shown = [m["content"] for m in row["messages"] if isinstance(m.get("content"), str) and "zeta" in m["content"]]
+    assert shown and all(in_order in content for content in shown), row["messages"]
