@@ -1,6 +1,7 @@
 """The environments list tells, per environment, its last run with its success rate and whether the
 draft holds uncommitted changes."""
 from environments import selectors, services
+from environments.templatetags.package_text import cut_at_sentence
 from runs import services as run_services
 from runs.models import Rollout
 from tests.conftest import login
@@ -42,3 +43,20 @@ def test_a_markdown_description_reads_as_plain_words_on_the_card(environment, ow
     page = login(owner).get(f"/t/{team.slug}/environments/").content.decode()
     assert "MiniGrid&#x27;s MiniGrid-Empty-5x5-v0, unchanged &lt;b&gt;x&lt;/b&gt;" in page
     assert "farama.org" not in page and "`" not in page
+
+
+def test_a_long_description_is_cut_after_a_whole_sentence_and_kept_whole_on_hover(environment, owner, team):
+    first = "Sort a shuffled list of integers in as few swaps as you can."
+    second = "Each swap exchanges two neighbours, and the episode ends when the list is sorted or 40 swaps pass."
+    services.environment_update(environment=environment, actor=owner, description=f"{first} {second} A third one.")
+    page = login(owner).get(f"/t/{team.slug}/environments/").content.decode()
+    assert f">{first}</span>" in page  # the two sentences together pass 140 characters: only the first shows
+    assert f'title="{first} {second} A third one."' in page
+
+
+def test_a_first_sentence_longer_than_the_room_ends_at_a_word_with_an_ellipsis():
+    text = "word " * 40
+    cut = cut_at_sentence(text, 30)
+    assert cut.endswith("word…") and len(cut) <= 30
+    assert cut_at_sentence("Short. Fits.", 140) == "Short. Fits."
+    assert cut_at_sentence("Version 1.5 adds levels. More text follows here.", 30) == "Version 1.5 adds levels."
