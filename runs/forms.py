@@ -3,7 +3,7 @@ from django import forms
 from environments.package import LIMIT_MAXIMA
 
 from .models import AgentKind
-from .seeds import SEEDS_HELP, parse_seeds
+from .seeds import SEED_MAX, SEEDS_HELP, parse_seeds
 
 
 class AgentForm(forms.Form):
@@ -84,3 +84,13 @@ class RunForm(forms.Form):
         if text in ("", "all"):
             return "all"
         return [t.strip() for t in text.split(",") if t.strip()]
+
+
+class PlayForm(forms.Form):
+    """Play's start: the task and seed, each refused beside its field (a seed beyond int64 included)."""
+
+    task_id = forms.CharField(max_length=200)
+    seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0, required=False)
+
+    def clean_seed(self):
+        return self.cleaned_data["seed"] or 0

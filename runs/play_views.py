@@ -10,8 +10,10 @@ from django.views.decorators.http import require_POST
 from environments.selectors import version_tasks_head, versions_for_team
 from studio.access import team_view
 from studio.errors import DomainError
+from studio.middleware import checks_its_own_form_fields
 
 from . import play as play_service
+from .forms import PlayForm
 
 ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "done")
 
@@ -24,33 +26,42 @@ def _playable_versions(team):
     return versions_for_team(team=team)
 
 
-@team_view("run")
-def play_new(request):
-    versions = _playable_versions(request.team)
-    label = request.GET.get("version") or ""
+def _chooser(request, *, versions, label: str, form: PlayForm, status: int = 200):
     version = next((v for v in versions if v.label == label), None)
     task_count, tasks = version_tasks_head(version, TASKS_LISTED) if version is not None else (0, [])
-    return render(request, "runs/play.html", {"versions": versions, "version": version, "label": label, "play": None,
-                                              "tasks": tasks, "task_count": task_count, "tasks_listed": TASKS_LISTED})
+    return render(request, "runs/play.html", {
+        "versions": versions, "version": version, "label": label, "play": None, "form": form,
+        "tasks": tasks, "task_count": task_count, "tasks_listed": TASKS_LISTED,
+    }, status=status)
+
+
+@team_view("run")
+def play_new(request):
+    return _chooser(request, versions=_playable_versions(request.team), label=request.GET.get("version") or "",
+                    form=PlayForm())
 
 
 @team_view("run")
 @require_POST
+@checks_its_own_form_fields
 def play_start(request):
     label = request.POST.get("version") or ""
-    version = next((v for v in _playable_versions(request.team) if v.label == label), None)
+    versions = _playable_versions(request.team)
+    version = next((v for v in versions if v.label == label), None)
     if version is None:
         messages.error(request, "Choose an environment version to play.")
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
-    try:
-        seed = int(request.POST.get("seed") or 0)
-        play = play_service.play_start(
-            team=request.team, actor=request.user, version=version, task_id=request.POST.get("task_id") or "", seed=seed
-        )
-    except (DomainError, ValueError) as exc:
-        messages.error(request, str(exc))
-        return redirect(reverse("play:new", kwargs={"team": request.team.slug}) + f"?version={label}")
-    return redirect(reverse("play:play", kwargs={"team": request.team.slug, "play_id": play.id}))
+    form = PlayForm(request.POST)
+    if form.is_valid():
+        try:
+            play = play_service.play_start(team=request.team, actor=request.user, version=version,
+                                           task_id=form.cleaned_data["task_id"], seed=form.cleaned_data["seed"])
+        except DomainError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        else:
+            return redirect(reverse("play:play", kwargs={"team": request.team.slug, "play_id": play.id}))
+    # What was typed stays, with the error beside its field.
+    return _chooser(request, versions=versions, label=label, form=form)
 
 
 @team_view("run")

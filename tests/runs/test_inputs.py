@@ -233,3 +233,20 @@ def test_a_page_form_the_gate_refuses_gets_a_styled_page_with_the_field_and_a_wa
     # A Referer from elsewhere is not offered as the way back.
     response = client.post("/t/alpha/agents/new/", {"name": "a\x00b"}, HTTP_REFERER="https://evil.example/")
     assert "evil.example" not in response.content.decode()
+
+
+@pytest.mark.parametrize("fields, field, message", [
+    ({"task_id": "t1", "seed": "99999999999999999999"}, "seed", "less than or equal to 9223372036854775807"),
+    ({"task_id": "t1", "seed": "-3"}, "seed", "greater than or equal to 0"),
+    ({"task_id": "nope", "seed": "7"}, "task_id", "Task &#x27;nope&#x27; is not in inputs@1."),
+])
+def test_bad_play_input_is_an_inline_error_that_keeps_what_was_typed(owner, version, fields, field, message):
+    response = login(owner).post("/t/alpha/play/start/", {"version": "inputs@1", **fields})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert message in page
+    assert "Start playing" in page  # the chooser again, not a bare error page
+    if field == "seed":
+        assert f'name="seed" value="{fields["seed"]}"' in page
+        assert '<option value="t1" selected>' in page
+    assert not Run.objects.exists()
