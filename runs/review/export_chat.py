@@ -67,6 +67,10 @@ def chat_message(message: dict, mode: str) -> dict:
             for call in calls if isinstance(call, dict)
         ]
     content = message.get("content")
+    if content is None and calls:
+        # A call with no text has content "" (never null): TRL's trainers drop a dataset's None values
+        # (remove_none_values), and templates that concatenate content (deepseek) need it there.
+        content = ""
     return {
         "role": str(message.get("role") or ""),
         "content": content if isinstance(content, str) or content is None else json.dumps(content, ensure_ascii=False),

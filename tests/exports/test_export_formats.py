@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from transformers.utils.chat_template_utils import render_jinja_template
 from trl import chat_template_utils as trl_templates
+from trl.trainer.utils import remove_none_values
 
 from runs import services
 from runs.models import Step
@@ -203,3 +204,33 @@ def test_every_export_keeps_the_environments_key_order(owner_api, make_run):
     (row,) = [json.loads(line) for line in body.decode().splitlines()]
     shown = [m["content"] for m in row["messages"] if isinstance(m.get("content"), str) and "zeta" in m["content"]]
     assert shown and all(in_order in content for content in shown), row["messages"]
+
+
+# Templates that test a key's presence (deepseek), want one call a message (llama 3.1), or write their own
+# channels (gpt-oss): how each writes the call submit_answer(answer="42"), and the arguments form it takes
+# (deepseek concatenates them as text).
+TEMPLATES_BY_KEY = {
+    "llama3_1_chat_template": ('"name": "submit_answer", "parameters": {"answer": "42"}', "object"),
+    "gptoss_chat_template": ('to=functions.submit_answer<|channel|>commentary json<|message|>{"answer": "42"}', "object"),
+    "deepseekv3_chat_template": ('submit_answer\n```json\n{"answer": "42"}\n```', "string"),
+    "qwen2_5_chat_template": ('{"name": "submit_answer", "arguments": {"answer": "42"}}', "object"),
+}
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_chat_exports_render_through_llama3_gpt_oss_and_deepseek_as_trl_loads_them(
+        owner_api, team, owner, inventory, model_agent, model_server, tmp_path, file):
+    model_server.add(
+        reply(tool_call("lookup_item", {"name": "blue widget"}, "a")),
+        reply(tool_call("submit_answer", {"answer": "42"}, "c")),
+    )
+    run = services.run_create(team=team, actor=owner, version=inventory, agent=model_agent(), task_ids=["q1"], seeds=[0])
+    play_run(run)
+    for template, (expected, arguments) in TEMPLATES_BY_KEY.items():
+        body, _ = download(owner_api, f"/runs/{run.pk}/export", decision="all", format="chat", file=file, arguments=arguments)
+        # datasets gives every message every key (None where absent); TRL's trainers take those out again.
+        row = load(body, file, tmp_path).with_transform(remove_none_values)[0]
+        (text,), _ = render_jinja_template(conversations=[row["messages"]], tools=row["tools"], bos_token="<s>",
+                                          chat_template=getattr(trl_templates, template))
+        assert expected in text, (template, text[-600:])
+        assert "lookup_item" in text and "blue widget" in text, template
