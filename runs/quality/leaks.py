@@ -66,16 +66,16 @@ def oracle_answers(action) -> list:
 
 
 def leaves(value, path=""):
-    """(path, text) of every scalar in an observation, and the JSON of every container (a
-    structured secret is found whole)."""
+    """(path, text) of every scalar in an observation, and the JSON of every container after its
+    items (a structured secret is found whole; a scalar one at its own path first)."""
     if isinstance(value, dict):
-        yield path or "$", json.dumps(value, sort_keys=True)
         for key, item in value.items():
             yield from leaves(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
         yield path or "$", json.dumps(value, sort_keys=True)
+    elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from leaves(item, f"{path}[{index}]")
+        yield path or "$", json.dumps(value, sort_keys=True)
     elif value is not None and not isinstance(value, bool):
         yield path or "$", str(value)
 
@@ -100,7 +100,7 @@ class Secrets:
         return bool(self.patterns)
 
     def found_in(self, value):
-        """(label, path) of each secret found in `value`, at its outermost path."""
+        """(label, path) of each secret found in `value`, at the deepest path that holds it."""
         for label, pattern in self.patterns:
             for path, text in leaves(value):
                 if pattern.search(text.casefold()):
