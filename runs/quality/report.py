@@ -435,9 +435,10 @@ def card_lines(report: dict) -> list[dict]:
             add("oracle", "oracle", RED, f"The oracle cannot solve {', '.join(oracle['unsolved'])}: unsolvable, or the verifier is too strict.",
                 oracle["unsolved_rollouts"].get(first))
         else:
-            add("oracle", "oracle", GREEN, f"The oracle solves every instance it ran ({oracle.get('instances', oracle['tasks'])}"
-                f" of {oracle['tasks']} tasks' task-seed pairs)." if not oracle.get("stochastic") else
-                f"The oracle solves every instance of the {oracle['tasks'] - len(oracle['stochastic'])} deterministic task(s).")
+            stochastic = len(oracle.get("stochastic", []))
+            add("oracle", "oracle", GREEN, f"The oracle solves every instance of all {oracle['tasks']} tasks"
+                f" ({oracle.get('instances', oracle['tasks'])} task-seed pairs)." if not stochastic else
+                f"The oracle solves every instance of the {oracle['tasks'] - stochastic} task(s) not declared stochastic.")
         for rate in oracle.get("stochastic", []):
             floor = f", floor {rate['floor']:.0%}" if rate["floor"] is not None else ""
             level = AMBER if rate["below_floor"] else GREEN

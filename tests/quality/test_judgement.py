@@ -120,3 +120,13 @@ def test_the_leak_scan_matches_whole_values_and_ignores_what_the_task_shows():
     structured = Secrets(task={"id": "s", "items": [3, 1, 2], "solution": [1, 2, 3]}, hidden_fields=["solution"])
     hits = scan([{"task_id": "s", "seed": 0, "where": "step 0 info", "value": {"sorted": [1, 2, 3]}}], lambda *_: structured)["hits"]
     assert [hit["path"] for hit in hits] == ["sorted"]
+
+
+def test_the_docs_list_every_check_of_the_catalogue_with_its_property():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "quality.md").read_text()
+    for check_id, check in CHECKS.items():
+        row = next((line for line in docs.splitlines() if line.startswith(f"| `{check_id}` |")), None)
+        assert row is not None, f"docs/quality.md lists no check {check_id}"
+        assert check["property"] in row and check["rfc"] in row
