@@ -2,6 +2,8 @@
 environment it serves (the six of OpenEnv's RFC 008, with the RFC's own check id). Every card line
 names its check by one of these ids (`line["id"]`); docs/quality.md lists the same catalogue."""
 
+GREEN, AMBER, RED = "green", "amber", "red"
+
 # RFC 008's six properties of an environment a lab would train on.
 SCALES, LEARNABLE, SECURE, UNHACKABLE, OBSERVABLE, REPRODUCIBLE = (
     "scales on infra", "learnable", "secure", "not prone to reward hacking", "observable & self-describing", "reproducible",
