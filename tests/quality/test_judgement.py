@@ -130,3 +130,26 @@ def test_the_docs_list_every_check_of_the_catalogue_with_its_property():
         row = next((line for line in docs.splitlines() if line.startswith(f"| `{check_id}` |")), None)
         assert row is not None, f"docs/quality.md lists no check {check_id}"
         assert check["property"] in row and check["rfc"] in row
+
+
+def first_lines(demo: str, count: int) -> dict:
+    from environments.demo import DEMO_DIR
+
+    return {"tasks.jsonl": "\n".join((DEMO_DIR / demo / "tasks.jsonl").read_text().splitlines()[:count]) + "\n"}
+
+
+def test_inventory_tools_keeps_a_green_card_though_its_tools_reveal_the_answers(make_version, owner):
+    """Its hidden answers are what its lookup tools return and what its random choices include: learning,
+    not a leak. The scan still searches every reset and the tool specs."""
+    version = make_version("inventory_tools", extra=first_lines("inventory_tools", 2))
+    audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0]))
+    assert audit.status == "passed" and not_green(audit) == set(), audit.report["lines"]
+    assert audit.report["leaks"]["scanned"] > len(audit.report["probes"]) * 2
+
+
+def test_frozen_lakes_slippery_task_is_judged_by_its_declared_floor(make_version, owner):
+    version = make_version("frozen_lake", extra=first_lines("frozen_lake", 2))  # 4x4, and 4x4 slippery
+    audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0, 1]))
+    assert audit.status == "passed" and not_green(audit) == set(), audit.report["lines"]
+    line = next(line for line in audit.report["lines"] if line["check"] == "oracle:4x4-slippery")
+    assert "declared stochastic: the oracle passes 50% of its tries, floor 40% (fails seed 0)" in line["text"]
