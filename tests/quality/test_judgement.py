@@ -2,11 +2,13 @@
 and the clean controls (an arithmetic quiz, a sorting task) green on every check. Rollouts run in
 this process (the Celery task bodies); figure rules without a sandbox at the end."""
 import pytest
+from django.urls import reverse
 
 from runs.quality import report, services
 from runs.quality.catalogue import CHECKS
 from runs.quality.leaks import Secrets, scan
 
+from tests.conftest import login
 from tests.quality.audits import play_audit, two_tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,6 +47,9 @@ def test_a_hidden_answer_in_the_observation_is_red_with_its_step_and_path(make_v
     assert "reset observation at `meta.check`" in line["text"] and line["rollout"] is not None
     # The probes never read the observation's meta: they stay unrewarded, only the scan finds it.
     assert all(not probe["flagged"] for probe in audit.report["probes"])
+    page = login(owner).get(reverse("quality:audit", kwargs={"team": version.environment.team.slug, "audit_id": audit.pk}))
+    assert page.status_code == 200 and "<h3>Leak scan</h3>" in page.content.decode()
+    assert "<td>reset observation</td><td><code>meta.check</code></td>" in page.content.decode()
 
 
 def test_a_farmable_step_reward_is_red_and_shows_return_beside_verifier_reward(make_version, owner):
