@@ -64,8 +64,10 @@ def card_lines(report: dict) -> list[dict]:
             add("leak", "leak", RED,
                 f"A hidden answer reaches the agent: {hit['secret']} of task {hit['task_id']}{seed} is in the {hit['where']}"
                 f" at `{hit['path']}`{more}.", hit["rollout"])
-        else:
+        elif leaks["scanned"]:
             add("leak", "leak", GREEN, f"No hidden field or oracle answer is in what the agent is shown ({leaks['scanned']} items searched).")
+        else:
+            add("leak", "leak", GREEN, "Nothing hidden to search for: no hidden task field and no oracle answer of 2 characters or more.")
     oracle = report["oracle"]
     if oracle is None:
         add("oracle", "oracle", AMBER, "No oracle: the package has no oracle.py (or [quality] oracle), so solvability is unchecked.")
@@ -85,7 +87,7 @@ def card_lines(report: dict) -> list[dict]:
                 oracle["unsolved_rollouts"].get(first))
         else:
             stochastic = len(oracle.get("stochastic", []))
-            add("oracle", "oracle", GREEN, f"The oracle solves every instance of all {oracle['tasks']} tasks"
+            add("oracle", "oracle", GREEN, f"The oracle solves every instance of {'all ' if oracle['tasks'] > 1 else ''}{oracle['tasks']} task{'s' if oracle['tasks'] != 1 else ''}"
                 f" ({oracle.get('instances', oracle['tasks'])} task-seed pairs)." if not stochastic else
                 f"The oracle solves every instance of the {oracle['tasks'] - stochastic} task(s) not declared stochastic.")
         for rate in oracle.get("stochastic", []):
