@@ -314,6 +314,16 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     if not (isinstance(hidden, list) and all(isinstance(field, str) for field in hidden)):
         problem("hidden_task_fields", "'hidden_task_fields' must be a list of strings")
 
+    quality = raw.get("quality", {})
+    stochastic = quality.get("stochastic") if isinstance(quality, dict) else None
+    # Tasks the audit judges by the oracle's pass rate: a list of ids, or id = the pass rate expected at least.
+    if stochastic is not None and not (
+        (isinstance(stochastic, list) and all(isinstance(task_id, str) for task_id in stochastic))
+        or (isinstance(stochastic, dict) and all(_is_number(floor) and 0 <= floor <= 1 for floor in stochastic.values()))
+    ):
+        problem("stochastic", "quality.stochastic must list task ids, or give each task id the oracle pass rate"
+                " expected at least (a number from 0 to 1)", "quality")
+
     text_answer = raw.get("text_answer")
     if text_answer is not None and not (isinstance(text_answer, str) and re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)?", text_answer)):
         # A model's reply in plain text becomes a call of this tool (its "argument", or its first text argument).

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from pydantic import ValidationError
 
 from runs.models import Rollout
+from runs.quality.selectors import latest_audit
 from studio.errors import DomainError
 from studio.revocation import revocation_unwatch, revocation_watch
 
@@ -422,9 +423,14 @@ def metadata_of(version) -> dict:
     """OpenEnv's EnvironmentMetadata for a version."""
     environment = version.environment
     readme = (version.files or {}).get("README.md") if isinstance(version.files, dict) else None
+    description = environment.description or f"{version.label} on Environment Studio"
+    # OpenEnv's EnvironmentMetadata forbids extra fields: the audit's one word rides in the description.
+    audit = latest_audit(version=version)
+    if audit is not None:
+        description = f"{description.rstrip()} Quality audit: {audit.status} (audit {audit.pk})."
     return {
         "name": environment.name or environment.slug,
-        "description": environment.description or f"{version.label} on Environment Studio",
+        "description": description,
         "readme_content": readme if isinstance(readme, str) else None,
         "version": str(version.number),
         "author": getattr(version.author, "username", None) if version.author_id else None,

@@ -8,13 +8,14 @@ from studio.models import Team
 
 class AuditStatus(models.TextChoices):
     RUNNING = "running", "Running"
-    PASSED = "passed", "Passed"
-    FLAGGED = "flagged", "Flagged"
+    PASSED = "passed", "Passed"  # every line green
+    WARNINGS = "warnings", "Warnings"  # some amber, none red
+    FLAGGED = "flagged", "Flagged"  # any red
     CANCELLED = "cancelled", "Cancelled"
     FAILED = "failed", "Failed"
 
 
-AUDIT_ENDED = (AuditStatus.PASSED, AuditStatus.FLAGGED, AuditStatus.CANCELLED, AuditStatus.FAILED)
+AUDIT_ENDED = (AuditStatus.PASSED, AuditStatus.WARNINGS, AuditStatus.FLAGGED, AuditStatus.CANCELLED, AuditStatus.FAILED)
 
 
 class AuditRole(models.TextChoices):
@@ -28,6 +29,9 @@ class Audit(models.Model):
     environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.CASCADE, related_name="audits")
     status = models.CharField(max_length=16, choices=AuditStatus.choices, default=AuditStatus.RUNNING)
     seeds = models.JSONField(default=list)
+    # What an agent of this version is shown besides its observations (the tools of its first task,
+    # learnt in one sandbox at the start): the leak scan searches it for hidden answers.
+    interface = models.JSONField(default=dict, blank=True)
     # Written once, when the audit's runs have all ended: the document `audit_version --json` prints.
     report = models.JSONField(null=True, blank=True)
     message = models.TextField(blank=True)

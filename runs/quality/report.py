@@ -1,5 +1,6 @@
-"""Every quality figure, defined once: probes, oracle, determinism, difficulty and transfer, verifier
-regression, the audit report and its card lines, and version A/B statistics. The card, the audit
+"""Every quality figure, defined once: probes, step reward against the outcome, oracle per instance,
+determinism, difficulty and transfer, verifier regression, the audit report (its card lines: card.py; its leak
+scan: leaks.py), and version A/B statistics. The card, the audit
 and A/B pages, the API and `audit_version` all show what these functions return.
 
 Definitions:
@@ -20,12 +21,14 @@ import numpy as np
 from ..figures import DONE_STATUSES
 from ..models import AgentKind, Rollout, RolloutStatus
 from ..selectors import compare_trajectories
+from .card import card_lines, check_summary, report_status
+from .catalogue import GREEN
+from .leaks import leak_figures
 from .models import AuditRole
 
 DEFAULT_PROBE_THRESHOLD = 0.05
 BUILTIN_PROBES = ("noop", "random", "claim", "peek")
 PASS_AT_K = (1, 2, 5)
-GREEN, AMBER, RED = "green", "amber", "red"
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATIONS = 5000
 
@@ -71,6 +74,9 @@ def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
     rewards = [probe_reward(row) for row in done]
     best = max(done, key=lambda row: (probe_reward(row), -row["id"]), default=None)
     mean = round(sum(rewards) / len(rewards), 4) if rewards else None
+    returns = [row["total_reward"] or 0.0 for row in done]
+    # Episodes whose steps paid while the verifier said 0: the return was farmed, not earned.
+    unearned = [row for row in done if row["verifier_reward"] is not None and row["verifier_reward"] <= 0 and (row["total_reward"] or 0.0) > 0]
     crashes = [
         {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": _crash_of(row)[:300]}
         for row in done if _crash_of(row) and "agent.py" not in (row["error"] or "")
@@ -80,6 +86,9 @@ def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
         "rollouts": len(done),
         "mean_reward": mean,
         "max_reward": round(max(rewards), 4) if rewards else None,
+        "mean_return": round(sum(returns) / len(returns), 4) if returns else None,
+        "unearned_return_rollouts": len(unearned),
+        "best_return_rollout": max(done, key=lambda row: (row["total_reward"] or 0.0, -row["id"]))["id"] if done else None,
         "threshold": threshold,
         "flagged": mean is not None and mean > threshold,
         "best_rollout": best["id"] if best else None,
@@ -87,7 +96,21 @@ def probe_figures(*, name: str, rows: list[dict], threshold: float) -> dict:
     }
 
 
-def oracle_figures(rows: list[dict], task_ids: list[str]) -> dict:
+def stochastic_tasks(manifest: dict) -> dict:
+    """Tasks the package declares stochastic (`[quality] stochastic`): a list of ids, or a table of
+    id = the oracle pass rate expected at least. -> {task_id: floor or None}."""
+    declared = (manifest.get("quality") or {}).get("stochastic") or {}
+    if isinstance(declared, list):
+        return {str(task_id): None for task_id in declared}
+    if isinstance(declared, dict):
+        return {str(task_id): float(floor) for task_id, floor in declared.items()}
+    return {}
+
+
+def oracle_figures(rows: list[dict], task_ids: list[str], *, stochastic: dict | None = None) -> dict:
+    """The oracle per instance (task, seed): pass^k over its k tries there (every try must pass);
+    every failed instance is listed. A task declared stochastic is judged by its pass rate."""
+    stochastic = stochastic or {}
     solved_tasks = {row["task_id"] for row in rows if passed(row["status"])}
     errors = [
         {"rollout": row["id"], "task_id": row["task_id"], "seed": row["seed"], "error": (row["error"] or row["status"])[:300]}
@@ -98,10 +121,68 @@ def oracle_figures(rows: list[dict], task_ids: list[str]) -> dict:
     for row in rows:
         if row["task_id"] in unsolved and row["task_id"] not in first_failure:
             first_failure[row["task_id"]] = row["id"]
+    instances: dict = {}
+    for row in rows:
+        if row["status"] in DONE_STATUSES:
+            entry = instances.setdefault((row["task_id"], row["seed"]), {"tries": 0, "passes": 0, "rollout": None})
+            entry["tries"] += 1
+            entry["passes"] += passed(row["status"])
+            if not passed(row["status"]) and entry["rollout"] is None:
+                entry["rollout"] = row["id"]
+    failures = [
+        {"task_id": task_id, "seed": seed, "tries": entry["tries"], "passes": entry["passes"],
+         "pass_hat_k": pass_hat_k(entry["tries"], entry["passes"], entry["tries"]), "rollout": entry["rollout"],
+         "stochastic": task_id in stochastic}
+        for (task_id, seed), entry in sorted(instances.items(), key=lambda item: (str(item[0][0]), item[0][1]))
+        if entry["passes"] < entry["tries"]
+    ]
+    rates = {}
+    for (task_id, _seed), entry in instances.items():
+        if task_id in stochastic:
+            tries, passes = rates.get(task_id, (0, 0))
+            rates[task_id] = (tries + entry["tries"], passes + entry["passes"])
+    stochastic_rates = [
+        {"task_id": task_id, "pass_rate": round(passes / tries, 4), "floor": stochastic[task_id],
+         "below_floor": passes < tries if stochastic[task_id] is None else passes / tries < stochastic[task_id]}
+        for task_id, (tries, passes) in sorted(rates.items()) if tries
+    ]
     return {
         "tasks": len(task_ids), "solved": len(task_ids) - len(unsolved), "unsolved": unsolved,
         "unsolved_rollouts": first_failure, "errors": errors,
+        "instances": len(instances), "failures": failures, "stochastic": stochastic_rates,
     }
+
+
+def return_figures(*, probes: list[dict], oracle_rows: list[dict], rows: list[dict]) -> dict:
+    """Step reward against the outcome: the oracle's mean return and verifier reward, each probe
+    whose return is farmed (see the catalogue's `probe.return`), and the return-verifier Pearson
+    correlation over every done rollout of the audit that has a verifier reward."""
+    done = [row for row in oracle_rows if row["status"] in DONE_STATUSES]
+    oracle_return = round(sum(row["total_reward"] or 0.0 for row in done) / len(done), 4) if done else None
+    oracle_reward = round(sum(probe_reward(row) for row in done) / len(done), 4) if done else None
+    farmed = []
+    for probe in probes:
+        if not probe["rollouts"] or probe["mean_return"] is None:
+            continue
+        reasons = []
+        if (oracle_return is not None and probe["mean_return"] > 0 and probe["mean_return"] >= oracle_return
+                and probe["mean_reward"] < oracle_reward):
+            reasons.append(f"its mean return {probe['mean_return']:.2f} reaches the oracle's {oracle_return:.2f}"
+                           f" with a verifier reward of {probe['mean_reward']:.2f} (the oracle's {oracle_reward:.2f})")
+        if probe["unearned_return_rollouts"] * 2 > probe["rollouts"]:
+            reasons.append(f"its return is above 0 where the verifier says 0 in {probe['unearned_return_rollouts']}"
+                           f" of {probe['rollouts']} episodes")
+        if reasons:
+            farmed.append({"name": probe["name"], "reasons": reasons, "rollout": probe["best_return_rollout"]})
+    pairs = [(row["total_reward"] or 0.0, row["verifier_reward"]) for row in rows
+             if row["status"] in DONE_STATUSES and row["verifier_reward"] is not None]
+    correlation = None
+    if len(pairs) >= 3:
+        returns, rewards = np.array(pairs, float).T
+        if returns.std() > 0 and rewards.std() > 0:
+            correlation = round(float(np.corrcoef(returns, rewards)[0, 1]), 4)
+    return {"oracle_mean_return": oracle_return, "oracle_mean_reward": oracle_reward, "farmed": farmed,
+            "correlation": correlation, "rollouts": len(pairs)}
 
 
 def determinism_figures(rows: list[dict]) -> dict:
@@ -228,7 +309,7 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
     manifest = version.manifest
     task_ids = [str(task.get("id")) for task in version.tasks]
     roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
-    probes, oracle, determinism = [], None, {"pairs": 0, "identical": 0, "divergent": []}
+    probes, oracle, oracle_rows, determinism = [], None, [], None
     pair_runs = [entry.run_id for entry in roles if entry.role == AuditRole.DETERMINISM]
     for entry in roles:
         rows = _rows([entry.run_id])
@@ -237,9 +318,9 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
             if entry.name == "random" and entry.run.agent.kind == AgentKind.RANDOM:
                 pair_runs.append(entry.run_id)  # the first episode of each determinism pair
         elif entry.role == AuditRole.ORACLE:
-            oracle = oracle_figures(rows, task_ids)
-    if pair_runs:
-        determinism = determinism_figures(_rows(pair_runs))
+            oracle_rows = rows
+            oracle = oracle_figures(rows, task_ids, stochastic=stochastic_tasks(manifest))
+    determinism = determinism_figures(_rows(pair_runs)) if pair_runs else {"pairs": 0, "identical": 0, "divergent": []}
     difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
     report = {
         "audit": audit.pk,
@@ -251,10 +332,13 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
         "difficulty": difficulty["levels"],
         "transfer": {key: value for key, value in difficulty.items() if key != "levels"},
         "regression": regression,
+        "returns": return_figures(probes=probes, oracle_rows=oracle_rows, rows=_rows([entry.run_id for entry in roles])),
+        "leaks": leak_figures(audit=audit),
     }
     report["lines"] = card_lines(report)
     report["flags"] = [line["text"] for line in report["lines"] if line["level"] != GREEN]
-    report["status"] = "flagged" if any(line["level"] == RED for line in report["lines"]) else "passed"
+    report["checks"] = check_summary(report["lines"])
+    report["status"] = report_status(report["lines"])
     return report
 
 
@@ -269,73 +353,6 @@ def version_rows(*, version) -> list[dict]:
         .values("id", "task_id", "status", "run__agent__name")
     )
     return [{**row, "agent": row["run__agent__name"]} for row in rows]
-
-
-def card_lines(report: dict) -> list[dict]:
-    """One line per check: level (green, amber, red), a readable sentence, and the rollout behind it."""
-    lines = []
-    for probe in report["probes"]:
-        if probe["rollouts"] == 0:
-            lines.append({"check": f"probe:{probe['name']}", "level": AMBER, "rollout": None,
-                          "text": f"Probe `{probe['name']}` finished no rollout."})
-            continue
-        level = RED if probe["flagged"] else GREEN
-        text = (f"Probe `{probe['name']}` scores {probe['mean_reward']:.2f} on average (max {probe['max_reward']:.2f},"
-                f" threshold {probe['threshold']:.2f})")
-        text += ": the verifier rewards it, see its best rollout." if probe["flagged"] else "."
-        lines.append({"check": f"probe:{probe['name']}", "level": level, "text": text,
-                      "rollout": probe["best_rollout"] if probe["flagged"] else None})
-        if probe["crashes"]:
-            crash = probe["crashes"][0]
-            lines.append({"check": f"probe:{probe['name']}:crash", "level": AMBER, "rollout": crash["rollout"],
-                          "text": f"The environment failed under probe `{probe['name']}` in {len(probe['crashes'])}"
-                                  f" rollout(s), e.g. task {crash['task_id']} seed {crash['seed']}: {crash['error']}"})
-    oracle = report["oracle"]
-    if oracle is None:
-        lines.append({"check": "oracle", "level": AMBER, "rollout": None,
-                      "text": "No oracle: the package has no oracle.py (or [quality] oracle), so solvability is unchecked."})
-    elif oracle["errors"]:
-        error = oracle["errors"][0]
-        lines.append({"check": "oracle", "level": RED, "rollout": error["rollout"],
-                      "text": f"The oracle failed in {len(oracle['errors'])} rollout(s), e.g. task {error['task_id']}: {error['error']}"})
-    elif oracle["unsolved"]:
-        first = oracle["unsolved"][0]
-        lines.append({"check": "oracle", "level": RED, "rollout": oracle["unsolved_rollouts"].get(first),
-                      "text": f"The oracle cannot solve {', '.join(oracle['unsolved'])}: unsolvable, or the verifier is too strict."})
-    else:
-        lines.append({"check": "oracle", "level": GREEN, "rollout": None,
-                      "text": f"The oracle solves all {oracle['tasks']} tasks."})
-    det = report["determinism"]
-    if det["divergent"]:
-        first = det["divergent"][0]
-        lines.append({"check": "determinism", "level": RED, "rollout": first["rollouts"][1],
-                      "text": f"{len(det['divergent'])} of {det['pairs']} repeated episodes diverge, e.g. task {first['task_id']}"
-                              f" seed {first['seed']} at step {first['first_divergent_step']} ({first['reason']})"})
-    elif det["pairs"]:
-        lines.append({"check": "determinism", "level": GREEN, "rollout": None,
-                      "text": f"All {det['pairs']} repeated episodes are identical."})
-    else:
-        lines.append({"check": "determinism", "level": AMBER, "rollout": None, "text": "No determinism pair finished."})
-    transfer = report["transfer"]
-    if transfer["non_monotone"]:
-        bad = transfer["non_monotone"][0]
-        lines.append({"check": "difficulty", "level": AMBER, "rollout": None,
-                      "text": f"Difficulty {bad['harder']} passes more often ({bad['harder_pass_rate']:.0%}) than"
-                              f" difficulty {bad['easier']} ({bad['easier_pass_rate']:.0%})."})
-    elif report["difficulty"]:
-        lines.append({"check": "difficulty", "level": GREEN, "rollout": None,
-                      "text": "Harder levels pass no more often than easier ones."})
-    regression = report.get("regression")
-    if regression and regression.get("cases"):
-        if regression["flipped"]:
-            case = regression["flipped"][0]
-            lines.append({"check": "regression", "level": RED, "rollout": case["rollout"],
-                          "text": f"The verifier disagrees with {len(regression['flipped'])} of {regression['cases']} human"
-                                  f" labels of earlier versions (agreement {regression['agreement']:.0%})."})
-        else:
-            lines.append({"check": "regression", "level": GREEN, "rollout": None,
-                          "text": f"The verifier agrees with all {regression['cases']} human labels of earlier versions."})
-    return lines
 
 
 def compared_with_parent(report: dict, parent_report: dict | None) -> list[str]:

@@ -1,5 +1,6 @@
 """Input and output of the quality lab's API. The report document itself is report.audit_report's."""
 from datetime import datetime
+from typing import Literal
 
 from ninja import Schema
 
@@ -12,7 +13,8 @@ class AuditIn(Schema):
 class AuditOut(Schema):
     id: int
     version: str
-    status: str
+    # passed: every line green; warnings: some amber, none red; flagged: any red (docs/quality.md "States").
+    status: Literal["running", "passed", "warnings", "flagged", "cancelled", "failed"]
     message: str
     seeds: list[int]
     created_at: datetime

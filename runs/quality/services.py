@@ -162,7 +162,8 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     storage_quota_check(team_id=team.pk, what="Audit")
     try:
         with transaction.atomic():
-            audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor)
+            audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor,
+                                         interface={"tools": interface.get("tools") or []})
             for role, name, agent, repeats in plan:
                 run = run_services.run_create(team=team, actor=actor, version=version, agent=agent, seeds=seeds, repeats=repeats)
                 AuditRun.objects.create(audit=audit, run=run, role=role, name=name)
@@ -195,7 +196,7 @@ def audit_complete(*, audit_id: int) -> str:
     else:
         try:
             report = figures.audit_report(audit=audit, regression=verifier_regression(version=audit.environment_version))
-            status = AuditStatus.FLAGGED if report["status"] == "flagged" else AuditStatus.PASSED
+            status = AuditStatus(report["status"])
         except Exception as exc:  # noqa: BLE001 - an audit must end with a readable state, never stay running
             logger.exception("computing the report of audit %s failed", audit.pk)
             status, message = AuditStatus.FAILED, f"The report could not be computed: {exc!r}"

@@ -147,6 +147,18 @@ def test_hidden_task_fields_must_be_a_list_of_strings():
     assert (problem.file, problem.line) == ("environment.toml", 4)
 
 
+@pytest.mark.parametrize("declaration", ['stochastic = "t1"\n', 'stochastic = [1]\n', '[quality.stochastic]\nt1 = 1.5\n'])
+def test_stochastic_tasks_must_be_ids_or_pass_rate_floors(declaration):
+    table = "" if declaration.startswith("[") else "[quality]\n"
+    problem = only_problem(package(environment_dot_toml=MANIFEST + table + declaration))
+    assert problem.file == "environment.toml" and "quality.stochastic must list task ids" in problem.reason
+
+
+def test_stochastic_tasks_as_a_list_or_floors_are_accepted():
+    for declaration in ('[quality]\nstochastic = ["t1"]\n', '[quality.stochastic]\nt1 = 0.5\n'):
+        assert validate_package(package(environment_dot_toml=MANIFEST + declaration)) == []
+
+
 def test_entrypoint_module_must_exist():
     problem = only_problem(package(env_dot_py=None))
     assert (problem.file, problem.line) == ("environment.toml", 3)

@@ -1,5 +1,7 @@
-"""Quality-lab fixtures: versions of the demo packages and of the two deliberately flawed variants
-of guess-number (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the clock).
+"""Quality-lab fixtures: versions of the demo packages and of the deliberately flawed variants
+of guess-number and the quiz (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the
+clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out of range, `quiz_leak` shows
+its answer), and the clean controls `arithmetic_quiz` and `sorting`.
 A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
 import tomllib
 from pathlib import Path
@@ -10,7 +12,13 @@ from environments import services as env_services
 from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
-VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number"}
+VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number", "guess_farm": "guess_number",
+              "guess_cliff": "guess_number", "quiz_leak": "arithmetic_quiz"}
+
+
+def base_folder(name: str) -> Path:
+    """A demo package, or a package of this folder (the clean controls)."""
+    return PACKAGES / name if (PACKAGES / name / "env.py").exists() else DEMO_DIR / name
 
 
 def version_of(team, actor, folder: Path, slug: str, *, extra: dict | None = None):
@@ -26,7 +34,7 @@ def make_version(team, owner):
 
     def make(name: str, *, slug: str | None = None, extra: dict | None = None):
         variant = read_folder(PACKAGES / name) if name in VARIANT_OF else {}
-        return version_of(team, owner, DEMO_DIR / VARIANT_OF.get(name, name), slug or name.replace("_", "-"),
+        return version_of(team, owner, base_folder(VARIANT_OF.get(name, name)), slug or name.replace("_", "-"),
                           extra=variant | (extra or {}))
 
     return make

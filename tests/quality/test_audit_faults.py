@@ -6,6 +6,10 @@ from runs import services as run_services
 from runs.models import RolloutStatus, Run, RunStatus
 from runs.quality import services
 from runs.quality.models import Audit, AuditStatus
+from django.urls import reverse
+
+from runs.protocols.openenv import metadata_of
+from tests.conftest import api_for, login
 from tests.runs.rollout_factories import package_version
 
 from tests.quality.audits import play_audit
@@ -48,10 +52,22 @@ def stepper(team, owner, slug, *, crash=False, files=None):
 def test_an_environment_that_crashes_under_a_probe_is_a_finding_not_a_failed_audit(team, owner):
     version = stepper(team, owner, "crashy", crash=True)
     audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0]))
-    assert audit.status in (AuditStatus.PASSED, AuditStatus.FLAGGED) and audit.report is not None
     crash = next(line for line in audit.report["lines"] if line["check"] == "probe:noop:crash")
-    assert crash["level"] == "amber" and "cannot take action 0" in crash["text"]
+    assert crash["level"] == "amber" and crash["id"] == "probe.crash" and "cannot take action 0" in crash["text"]
     assert crash["rollout"] is not None
+    # Amber lines (the crash, no oracle) and no red one: the audit says so in one word, everywhere.
+    assert {line["level"] for line in audit.report["lines"]} == {"green", "amber"}, audit.report["lines"]
+    assert audit.status == AuditStatus.WARNINGS and audit.report["status"] == "warnings"
+    checks = {check["id"]: check for check in audit.report["checks"]}
+    assert (checks["probe.crash"]["level"], checks["probe.crash"]["property"]) == ("amber", "secure")
+    client = login(owner)
+    card = client.get(reverse("quality:card", kwargs={"team": team.slug, "slug": "crashy", "number": 1})).content.decode()
+    assert 'data-audit-status="warnings">Warnings<' in card
+    listing = client.get(reverse("environments:list", kwargs={"team": team.slug})).content.decode()
+    assert 'class="badge audit-warnings" data-audit-status="warnings">Warnings</span> @1' in listing
+    api = api_for(owner, team).get("/versions/crashy@1/audit").json()
+    assert api["status"] == "warnings" and api["report"]["status"] == "warnings"
+    assert f"Quality audit: warnings (audit {audit.pk})." in metadata_of(version)["description"]
 
 
 def test_an_oracle_that_raises_is_reported_on_the_card(team, owner):

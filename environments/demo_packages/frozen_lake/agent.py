@@ -2,7 +2,7 @@
 slippery lake the intended move happens a third of the time, each perpendicular one a third): the
 shortest safe path on a firm lake, the safest route on a slippery one. It is the package's reference
 solution ([quality] oracle): it solves every task on most seeds, though not on every one, since a
-slippery lake can throw any policy into a hole (the audit counts a task solved when one of its seeds is)."""
+slippery lake can throw any policy into a hole (environment.toml declares those tasks stochastic, with the pass rate the audit expects at least)."""
 
 MAPS = {
     "4x4": ["SFFF", "FHFH", "FFFH", "HFFG"],

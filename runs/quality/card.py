@@ -1,0 +1,129 @@
+"""The audit's card: one line per finding, each naming its check by its catalogue id, and the
+report's one word (passed, warnings, flagged). From the figures report.py computes."""
+from .catalogue import AMBER, CHECKS, GREEN, RED
+
+
+def report_status(lines: list[dict]) -> str:
+    """The audit in one word: passed (all green), warnings (some amber, none red), flagged (any red)."""
+    levels = {line["level"] for line in lines}
+    return "flagged" if RED in levels else "warnings" if AMBER in levels else "passed"
+
+
+def check_summary(lines: list[dict]) -> list[dict]:
+    """Each check of the catalogue that has a line, with its worst level and how many lines it has."""
+    rank = {GREEN: 0, AMBER: 1, RED: 2}
+    worst: dict = {}
+    for line in lines:
+        level, count = worst.get(line["id"], (GREEN, 0))
+        worst[line["id"]] = (max(level, line["level"], key=rank.get), count + 1)
+    return [{"id": check_id, "level": level, "lines": count, "property": CHECKS[check_id]["property"]}
+            for check_id, (level, count) in worst.items()]
+
+
+def card_lines(report: dict) -> list[dict]:
+    """One line per finding: its check's stable id (catalogue.py), level (green, amber, red), a
+    readable sentence, and the rollout behind it."""
+    lines = []
+
+    def add(check_id, key, level, text, rollout=None):
+        lines.append({"id": check_id, "check": key, "level": level, "text": text, "rollout": rollout})
+
+    returns = report.get("returns") or {}
+    farmed = {entry["name"]: entry for entry in returns.get("farmed", [])}
+    for probe in report["probes"]:
+        if probe["rollouts"] == 0:
+            add("probe.reward", f"probe:{probe['name']}", AMBER, f"Probe `{probe['name']}` finished no rollout.")
+            continue
+        level = RED if probe["flagged"] else GREEN
+        text = (f"Probe `{probe['name']}` scores {probe['mean_reward']:.2f} on average (max {probe['max_reward']:.2f},"
+                f" threshold {probe['threshold']:.2f}; return {probe.get('mean_return') or 0.0:.2f})")
+        text += ": the verifier rewards it, see its best rollout." if probe["flagged"] else "."
+        add("probe.reward", f"probe:{probe['name']}", level, text, probe["best_rollout"] if probe["flagged"] else None)
+        if probe["name"] in farmed:
+            entry = farmed[probe["name"]]
+            add("probe.return", f"probe:{probe['name']}:return", RED,
+                f"Probe `{probe['name']}` farms the step reward: {'; '.join(entry['reasons'])}.", entry["rollout"])
+        if probe["crashes"]:
+            crash = probe["crashes"][0]
+            add("probe.crash", f"probe:{probe['name']}:crash", AMBER,
+                f"The environment failed under probe `{probe['name']}` in {len(probe['crashes'])}"
+                f" rollout(s), e.g. task {crash['task_id']} seed {crash['seed']}: {crash['error']}", crash["rollout"])
+    if returns and not farmed and report["probes"]:
+        correlation = returns.get("correlation")
+        said = f"; return and verifier reward correlate at {correlation:.2f} over the audit" if correlation is not None else ""
+        add("probe.return", "returns", GREEN, f"No probe farms the step reward{said}.")
+    elif returns.get("correlation") is not None:
+        add("probe.return", "returns:correlation", GREEN,
+            f"Return and verifier reward correlate at {returns['correlation']:.2f} over the audit's {returns['rollouts']} episodes.")
+    leaks = report.get("leaks")
+    if leaks is not None:
+        if leaks["hits"]:
+            hit = leaks["hits"][0]
+            more = f", and {leaks['count'] - 1} more" if leaks["count"] > 1 else ""
+            seed = f" seed {hit['seed']}" if hit["seed"] is not None else ""
+            add("leak", "leak", RED,
+                f"A hidden answer reaches the agent: {hit['secret']} of task {hit['task_id']}{seed} is in the {hit['where']}"
+                f" at `{hit['path']}`{more}.", hit["rollout"])
+        elif leaks["scanned"]:
+            add("leak", "leak", GREEN, f"No hidden field or oracle answer is in what the agent is shown ({leaks['scanned']} items searched).")
+        else:
+            add("leak", "leak", GREEN, "Nothing hidden to search for: no hidden task field and no oracle answer of 2 characters or more.")
+    oracle = report["oracle"]
+    if oracle is None:
+        add("oracle", "oracle", AMBER, "No oracle: the package has no oracle.py (or [quality] oracle), so solvability is unchecked.")
+    elif oracle["errors"]:
+        error = oracle["errors"][0]
+        add("oracle", "oracle", RED, f"The oracle failed in {len(oracle['errors'])} rollout(s), e.g. task {error['task_id']}: {error['error']}",
+            error["rollout"])
+    else:
+        failures = [failure for failure in oracle.get("failures", []) if not failure["stochastic"]]
+        if failures:
+            listed = ", ".join(f"{failure['task_id']} seed {failure['seed']}" for failure in failures)
+            add("oracle", "oracle", RED, f"The oracle fails {len(failures)} of {oracle['instances']} instances ({listed}):"
+                f" unsolvable, or the verifier is too strict.", failures[0]["rollout"])
+        elif oracle["unsolved"]:
+            first = oracle["unsolved"][0]
+            add("oracle", "oracle", RED, f"The oracle cannot solve {', '.join(oracle['unsolved'])}: unsolvable, or the verifier is too strict.",
+                oracle["unsolved_rollouts"].get(first))
+        else:
+            stochastic = len(oracle.get("stochastic", []))
+            add("oracle", "oracle", GREEN, f"The oracle solves every instance of {'all ' if oracle['tasks'] > 1 else ''}{oracle['tasks']} task{'s' if oracle['tasks'] != 1 else ''}"
+                f" ({oracle.get('instances', oracle['tasks'])} task-seed pairs)." if not stochastic else
+                f"The oracle solves every instance of the {oracle['tasks'] - stochastic} task(s) not declared stochastic.")
+        for rate in oracle.get("stochastic", []):
+            floor = f", floor {rate['floor']:.0%}" if rate["floor"] is not None else ""
+            level = AMBER if rate["below_floor"] else GREEN
+            failed = [f"seed {failure['seed']}" for failure in oracle.get("failures", []) if failure["task_id"] == rate["task_id"]]
+            add("oracle", f"oracle:{rate['task_id']}", level,
+                f"Task {rate['task_id']} is declared stochastic: the oracle passes {rate['pass_rate']:.0%} of its tries{floor}"
+                + (f" (fails {', '.join(failed)})." if failed else "."),
+                next((failure["rollout"] for failure in oracle.get("failures", []) if failure["task_id"] == rate["task_id"]), None)
+                if rate["below_floor"] else None)
+    det = report["determinism"]
+    if det["divergent"]:
+        first = det["divergent"][0]
+        add("determinism", "determinism", RED,
+            f"{len(det['divergent'])} of {det['pairs']} repeated episodes diverge, e.g. task {first['task_id']}"
+            f" seed {first['seed']} at step {first['first_divergent_step']} ({first['reason']})", first["rollouts"][1])
+    elif det["pairs"]:
+        add("determinism", "determinism", GREEN, f"All {det['pairs']} repeated episodes are identical.")
+    else:
+        add("determinism", "determinism", AMBER, "No determinism pair finished.")
+    transfer = report["transfer"]
+    if transfer["non_monotone"]:
+        bad = transfer["non_monotone"][0]
+        add("difficulty", "difficulty", AMBER,
+            f"Difficulty {bad['harder']} passes more often ({bad['harder_pass_rate']:.0%}) than"
+            f" difficulty {bad['easier']} ({bad['easier_pass_rate']:.0%}).")
+    elif report["difficulty"]:
+        add("difficulty", "difficulty", GREEN, "Harder levels pass no more often than easier ones.")
+    regression = report.get("regression")
+    if regression and regression.get("cases"):
+        if regression["flipped"]:
+            case = regression["flipped"][0]
+            add("regression", "regression", RED,
+                f"The verifier disagrees with {len(regression['flipped'])} of {regression['cases']} human"
+                f" labels of earlier versions (agreement {regression['agreement']:.0%}).", case["rollout"])
+        else:
+            add("regression", "regression", GREEN, f"The verifier agrees with all {regression['cases']} human labels of earlier versions.")
+    return lines

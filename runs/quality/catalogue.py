@@ -1,0 +1,56 @@
+"""The audit's checks by stable id: what each catches, its colour rule, and the property of a good
+environment it serves (the six of OpenEnv's RFC 008, with the RFC's own check id). Every card line
+names its check by one of these ids (`line["id"]`); docs/quality.md lists the same catalogue."""
+
+GREEN, AMBER, RED = "green", "amber", "red"
+
+# RFC 008's six properties of an environment a lab would train on.
+SCALES, LEARNABLE, SECURE, UNHACKABLE, OBSERVABLE, REPRODUCIBLE = (
+    "scales on infra", "learnable", "secure", "not prone to reward hacking", "observable & self-describing", "reproducible",
+)
+
+CHECKS = {
+    "probe.reward": {
+        "catches": "a hack probe (noop, random, claim, peek, the package's own) that the verifier rewards",
+        "colours": "red: the probe's mean reward is above its threshold; green otherwise",
+        "property": UNHACKABLE, "rfc": "semantic.floor_gap",
+    },
+    "probe.return": {
+        "catches": "step rewards a probe can farm without the outcome",
+        "colours": "red: the probe's mean return reaches the oracle's while its verifier reward stays below the oracle's,"
+                   " or its return is above 0 where the verifier says 0 on most of its episodes; green otherwise",
+        "property": UNHACKABLE, "rfc": "runtime.reward_attribution",
+    },
+    "probe.crash": {
+        "catches": "an environment that fails (errors, times out) under a probe's actions",
+        "colours": "amber: some probe rollout errored or timed out because of the environment",
+        "property": SECURE, "rfc": "runtime.resource_bounds",
+    },
+    "leak": {
+        "catches": "hidden task fields or the oracle's answers in what the agent is shown",
+        "colours": "red: a value found in a reset observation or info, a step the agent still acts on, a tool spec"
+                   " or a file the agent can read; green otherwise",
+        "property": OBSERVABLE, "rfc": "semantic.no_solution_leakage",
+    },
+    "oracle": {
+        "catches": "instances (task, seed) nobody can solve, and a too strict verifier",
+        "colours": "red: the oracle fails an instance of a task not declared stochastic, or raises; amber: no oracle,"
+                   " or a stochastic task's pass rate below its declared floor; green: every instance passes",
+        "property": UNHACKABLE, "rfc": "semantic.oracle_max",
+    },
+    "determinism": {
+        "catches": "episodes that do not repeat for the same version, task, seed and actions",
+        "colours": "red: a pair diverges; amber: no pair finished; green: all pairs identical",
+        "property": REPRODUCIBLE, "rfc": "runtime.episode_determinism",
+    },
+    "difficulty": {
+        "catches": "difficulty levels that do not rank the tasks",
+        "colours": "amber: a harder level passes more often than an easier one; green otherwise",
+        "property": LEARNABLE, "rfc": "statistical.difficulty_separation",
+    },
+    "regression": {
+        "catches": "a new verifier that disagrees with human labels of earlier versions",
+        "colours": "red: any flipped case; green: agreement on every case (no line without human labels)",
+        "property": UNHACKABLE, "rfc": "semantic.verifier_portability",
+    },
+}
