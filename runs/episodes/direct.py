@@ -1,0 +1,400 @@
+"""The direct data plane: web processes step episodes over one TCP connection to their host.
+
+Routing stays in Redis (which host holds an episode, for which team; starts go through the shared
+start list), but a step, an observation or a close of a routed episode travels over a persistent
+connection from the web process to the host that holds it: one loopback (or network) hop, no Redis
+list, no reply key. A host listens on EPISODE_HOST_BIND:EPISODE_HOST_PORT (default 127.0.0.1 and an
+ephemeral port) and announces the address web processes should dial (EPISODE_HOST_ADVERTISE, else
+the bound one) beside its presence key; a host that announces none (an older one) is reached through
+Redis as before.
+
+Frames are a 4-byte big-endian length and a JSON object (the same JSON as the Redis path, arrays in
+their inline form). A request carries an `id`, its reply the same `id`, so one connection carries
+many episodes' requests at once, answered in any order. The first frame of a connection proves the
+caller shares the studio's SECRET_KEY (an HMAC of the host's id): the port reaches no episode without
+it, so the direct path is no weaker than Redis as a boundary.
+
+Failures keep the Redis path's meaning: a connection that cannot be made sends nothing, and the caller
+goes through Redis instead (`Unreachable`); a connection that drops, or a host whose presence lapses
+for HOST_GRACE_S, fails the requests it carried with the HostUnavailable "stopped" error, so the
+caller ends the episode once with the infrastructure reason. The async client (for the ASGI step
+paths) reads and writes on the caller's event loop: no thread hand-off; the sync client keeps a small
+pool of blocking sockets per host, one request at a time each.
+"""
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+
+from django.conf import settings
+
+from ..artifacts import array_json_default
+from . import routing
+
+logger = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">I")
+MAX_FRAME_BYTES = 512 * 1024 * 1024
+# After a failed connect, callers go through Redis for this long before dialling the host again.
+UNREACHABLE_FOR_S = 5.0
+IDLE_SOCKETS_PER_HOST = 32
+
+
+class Unreachable(Exception):
+    """The host's address could not be dialled: nothing was sent (the caller may use Redis)."""
+
+
+def proof(host_id: str) -> str:
+    return hmac.new(settings.SECRET_KEY.encode(), f"episode-host-direct:{host_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def encode(payload: dict) -> bytes:
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=array_json_default).encode()
+    return HEADER.pack(len(body)) + body
+
+
+def encode_reply(payload: dict) -> bytes:
+    # Replies carry what environments return, which JSON may only spell with NaN (as the Redis path does).
+    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=array_json_default).encode()
+    return HEADER.pack(len(body)) + body
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+# -- the host's side ------------------------------------------------------------------------------
+
+class DirectServer:
+    """Accepts web processes' connections for an EpisodeHost; each request runs on the host's step
+    pool (steps of different episodes side by side) and is answered on the connection it came on."""
+
+    def __init__(self, host, *, bind: str, port: int, advertise: str = ""):
+        self.host = host
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self.sock = socket.create_server((bind, port), family=family, backlog=256)
+        self.sock.settimeout(0.5)
+        bound_port = self.sock.getsockname()[1]
+        name = advertise or bind
+        if name in ("0.0.0.0", "::", ""):
+            name = socket.gethostname()
+        self.address = f"[{name}]:{bound_port}" if ":" in name else f"{name}:{bound_port}"
+        self.proof = proof(host.id).encode()
+        self.connections: set[socket.socket] = set()
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept_forever, name="episode-direct-accept", daemon=True).start()
+
+    def _accept_forever(self) -> None:
+        while not self.host.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.host.stopping.is_set():
+                    return
+                logger.warning("episode host %s: accepting a direct connection failed", self.host.id, exc_info=True)
+                time.sleep(0.1)
+                continue
+            threading.Thread(target=self._serve_connection, args=(conn,), name="episode-direct", daemon=True).start()
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        write_lock = threading.Lock()
+
+        def respond(reply: dict) -> None:
+            frame = encode_reply(reply)
+            with write_lock:
+                try:
+                    conn.sendall(frame)
+                except OSError:
+                    pass  # the caller went away: its requests were failed on its side
+
+        reader = conn.makefile("rb", buffering=65536)
+        try:
+            hello = _read_frame(reader)
+            if hello is None or not hmac.compare_digest(str(hello.get("proof", "")).encode(), self.proof):
+                logger.warning("episode host %s: refused a direct connection without the studio's proof", self.host.id)
+                return
+            with self.lock:
+                self.connections.add(conn)
+            while not self.host.stopping.is_set():
+                message = _read_frame(reader)
+                if message is None:
+                    return
+                self.host.dispatch_direct(message, respond)
+        except (OSError, ValueError):
+            return
+        finally:
+            with self.lock:
+                self.connections.discard(conn)
+            try:
+                reader.close()
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        with self.lock:
+            connections = list(self.connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _read_frame(reader) -> dict | None:
+    header = reader.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME_BYTES:
+        raise ValueError("frame too large")
+    body = reader.read(length)
+    if len(body) < length:
+        return None
+    return json.loads(body)
+
+
+# -- the web's side: an asyncio client ------------------------------------------------------------
+
+class AsyncLink:
+    """One multiplexed connection from this event loop to one host."""
+
+    def __init__(self, host_id: str, address: str):
+        self.host_id, self.address = host_id, address
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.pending: dict[int, asyncio.Future] = {}
+        self.next_id = 0
+        self.connecting = asyncio.Lock()
+        self.watching: asyncio.Task | None = None
+        self.reading: asyncio.Task | None = None
+        self.unreachable_until = 0.0
+
+    async def _connect(self) -> None:
+        async with self.connecting:
+            if self.writer is not None:
+                return
+            if time.monotonic() < self.unreachable_until:
+                raise Unreachable(self.address)
+            host, port = split_address(self.address)
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), routing.CONNECT_TIMEOUT_S)
+            except (OSError, asyncio.TimeoutError) as exc:
+                self.unreachable_until = time.monotonic() + UNREACHABLE_FOR_S
+                logger.warning("episode host %s at %s is unreachable directly (%s); going through Redis",
+                               self.host_id, self.address, exc)
+                raise Unreachable(self.address) from None
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            writer.write(encode({"proof": proof(self.host_id)}))
+            self.reader, self.writer = reader, writer
+            self.reading = asyncio.create_task(self._read_forever(reader, writer))
+
+    async def request(self, message: dict, timeout_s: float) -> dict:
+        if self.writer is None:
+            await self._connect()
+        loop = asyncio.get_running_loop()
+        self.next_id += 1
+        request_id = self.next_id
+        future = loop.create_future()
+        self.pending[request_id] = future
+        writer = self.writer
+        writer.write(encode({**message, "id": request_id}))
+        timer = loop.call_later(timeout_s, self._expire, request_id, timeout_s)
+        if self.watching is None or self.watching.done():
+            self.watching = asyncio.create_task(self._watch())
+        try:
+            if writer.transport.get_write_buffer_size() > 1024 * 1024:
+                await writer.drain()
+            return await future
+        finally:
+            timer.cancel()
+            self.pending.pop(request_id, None)
+
+    def _expire(self, request_id: int, timeout_s: float) -> None:
+        future = self.pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_exception(routing.HostUnavailable(f"The episode host did not answer within {timeout_s:g} s."))
+
+    async def _read_forever(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (length,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+                reply = json.loads(await reader.readexactly(length))
+                future = self.pending.pop(reply.pop("id", None), None)
+                if future is not None and not future.done():
+                    future.set_result(reply)
+        except (asyncio.IncompleteReadError, OSError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        self._drop(writer)
+
+    def _drop(self, writer) -> None:
+        """The connection is gone: fail what it carried with the host-stopped error; dial again next time."""
+        if self.writer is writer:
+            self.reader = self.writer = None
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - closing a dead transport
+            pass
+        self._fail_all()
+
+    def _fail_all(self) -> None:
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(routing._lost(self.host_id))
+
+    async def _watch(self) -> None:
+        """While requests wait, check the host's presence every WAIT_SLICE_S (a host whose machine
+        vanished sends no FIN): one check per connection, not per request."""
+        watch = routing.HostWatch(self.host_id)
+        r = routing.async_client()
+        while self.pending:
+            await asyncio.sleep(routing.WAIT_SLICE_S)
+            if not self.pending:
+                return
+            try:
+                alive = bool(await r.exists(routing.host_alive_key(self.host_id)))
+            except Exception:  # noqa: BLE001 - Redis down says nothing of the host: keep waiting
+                continue
+            if watch.lost(alive):
+                if self.writer is not None:
+                    writer, self.reader, self.writer = self.writer, None, None
+                    writer.close()
+                self._fail_all()
+                return
+
+
+_async_links: dict[tuple[int, str, str], tuple[asyncio.AbstractEventLoop, AsyncLink]] = {}
+
+
+def async_link(host_id: str, address: str) -> AsyncLink:
+    loop = asyncio.get_running_loop()
+    key = (id(loop), host_id, address)
+    found = _async_links.get(key)
+    if found is None or found[0] is not loop:
+        for stale in [k for k, (other, _) in _async_links.items() if other.is_closed()]:
+            del _async_links[stale]
+        found = _async_links[key] = (loop, AsyncLink(host_id, address))
+    return found[1]
+
+
+async def arequest(host_id: str, address: str, message: dict, timeout_s: float) -> dict:
+    return await async_link(host_id, address).request(message, timeout_s)
+
+
+# -- the web's side: a sync client ----------------------------------------------------------------
+
+class SyncLink:
+    """Blocking sockets to one host, each carrying one request at a time (threads share the pool)."""
+
+    def __init__(self, host_id: str, address: str):
+        self.host_id, self.address = host_id, address
+        self.idle: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.unreachable_until = 0.0
+        self.next_id = 0
+
+    def _take(self) -> socket.socket:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+            if time.monotonic() < self.unreachable_until:
+                raise Unreachable(self.address)
+        try:
+            sock = socket.create_connection(split_address(self.address), timeout=routing.CONNECT_TIMEOUT_S)
+        except OSError as exc:
+            with self.lock:
+                self.unreachable_until = time.monotonic() + UNREACHABLE_FOR_S
+            logger.warning("episode host %s at %s is unreachable directly (%s); going through Redis",
+                           self.host_id, self.address, exc)
+            raise Unreachable(self.address) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(encode({"proof": proof(self.host_id)}))
+        return sock
+
+    def _give_back(self, sock: socket.socket) -> None:
+        with self.lock:
+            if len(self.idle) < IDLE_SOCKETS_PER_HOST:
+                self.idle.append(sock)
+                return
+        sock.close()
+
+    def request(self, message: dict, timeout_s: float) -> dict:
+        sock = self._take()
+        with self.lock:
+            self.next_id += 1
+            request_id = self.next_id
+        try:
+            sock.sendall(encode({**message, "id": request_id}))
+            reply = self._read_reply(sock, request_id, timeout_s)
+        except BaseException:
+            sock.close()
+            raise
+        self._give_back(sock)
+        return reply
+
+    def _read_reply(self, sock: socket.socket, request_id: int, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        watch = routing.HostWatch(self.host_id)
+        buffer = bytearray()
+        sock.settimeout(routing.WAIT_SLICE_S)
+        while True:
+            need = HEADER.size if len(buffer) < HEADER.size else HEADER.size + HEADER.unpack_from(buffer)[0]
+            if len(buffer) >= need > HEADER.size:
+                reply = json.loads(bytes(buffer[HEADER.size:need]))
+                if reply.pop("id", None) == request_id:
+                    return reply
+                del buffer[:need]  # a late reply to a request given up on (not expected: one at a time)
+                continue
+            try:
+                chunk = sock.recv(max(65536, need - len(buffer)))
+            except TimeoutError:
+                if watch.lost(routing.host_is_alive(self.host_id)):
+                    raise routing._lost(self.host_id) from None
+                if time.monotonic() >= deadline:
+                    raise routing.HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.") from None
+                continue
+            except OSError:
+                raise routing._lost(self.host_id) from None
+            if not chunk:
+                raise routing._lost(self.host_id)
+            buffer += chunk
+
+
+_sync_links: dict[tuple[str, str], SyncLink] = {}
+_sync_links_lock = threading.Lock()
+
+
+def sync_link(host_id: str, address: str) -> SyncLink:
+    key = (host_id, address)
+    found = _sync_links.get(key)
+    if found is None:
+        with _sync_links_lock:
+            found = _sync_links.get(key) or SyncLink(host_id, address)
+            _sync_links[key] = found
+    return found
+
+
+def request(host_id: str, address: str, message: dict, timeout_s: float) -> dict:
+    return sync_link(host_id, address).request(message, timeout_s)
