@@ -10,9 +10,11 @@ Redis as before.
 
 Frames are a 4-byte big-endian length and a JSON object (the same JSON as the Redis path, arrays in
 their inline form). A request carries an `id`, its reply the same `id`, so one connection carries
-many episodes' requests at once, answered in any order. The first frame of a connection proves the
-caller shares the studio's SECRET_KEY (an HMAC of the host's id): the port reaches no episode without
-it, so the direct path is no weaker than Redis as a boundary.
+many episodes' requests at once, answered in any order. The first frame of a connection carries the
+host's secret, a random token it announces in Redis beside its address, and the host acknowledges it:
+the port reaches no episode without what Redis holds, so the direct path is no weaker a boundary than
+Redis (whoever reads Redis may already push requests onto a host's list), and a stale address that
+another process now listens on is never mistaken for the host.
 
 Failures keep the Redis path's meaning: a connection that cannot be made sends nothing, and the caller
 goes through Redis instead (`Unreachable`); a connection that drops, or a host whose presence lapses
@@ -22,16 +24,14 @@ paths) reads and writes on the caller's event loop: no thread hand-off; the sync
 pool of blocking sockets per host, one request at a time each.
 """
 import asyncio
-import hashlib
 import hmac
 import json
 import logging
+import secrets
 import socket
 import struct
 import threading
 import time
-
-from django.conf import settings
 
 from ..artifacts import array_json_default
 from . import routing
@@ -49,8 +49,14 @@ class Unreachable(Exception):
     """The host's address could not be dialled: nothing was sent (the caller may use Redis)."""
 
 
-def proof(host_id: str) -> str:
-    return hmac.new(settings.SECRET_KEY.encode(), f"episode-host-direct:{host_id}".encode(), hashlib.sha256).hexdigest()
+def announced(address: str, token: str) -> str:
+    """What a host announces: its address and its token."""
+    return f"{address} {token}"
+
+
+def parse_announced(value: str) -> tuple[str, str]:
+    address, _, token = value.partition(" ")
+    return address, token
 
 
 def encode(payload: dict) -> bytes:
@@ -86,7 +92,8 @@ class DirectServer:
         if name in ("0.0.0.0", "::", ""):
             name = socket.gethostname()
         self.address = f"[{name}]:{bound_port}" if ":" in name else f"{name}:{bound_port}"
-        self.proof = proof(host.id).encode()
+        self.token = secrets.token_hex(16)
+        self.announced = announced(self.address, self.token)
         self.connections: set[socket.socket] = set()
         self.lock = threading.Lock()
 
@@ -123,9 +130,10 @@ class DirectServer:
         reader = conn.makefile("rb", buffering=65536)
         try:
             hello = _read_frame(reader)
-            if hello is None or not hmac.compare_digest(str(hello.get("proof", "")).encode(), self.proof):
-                logger.warning("episode host %s: refused a direct connection without the studio's proof", self.host.id)
+            if hello is None or not hmac.compare_digest(str(hello.get("token", "")).encode(), self.token.encode()):
+                logger.warning("episode host %s: refused a direct connection without its token", self.host.id)
                 return
+            respond({"hello": self.host.id})
             with self.lock:
                 self.connections.add(conn)
             while not self.host.stopping.is_set():
@@ -176,8 +184,9 @@ def _read_frame(reader) -> dict | None:
 class AsyncLink:
     """One multiplexed connection from this event loop to one host."""
 
-    def __init__(self, host_id: str, address: str):
-        self.host_id, self.address = host_id, address
+    def __init__(self, host_id: str, announced_as: str):
+        self.host_id = host_id
+        self.address, self.token = parse_announced(announced_as)
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.pending: dict[int, asyncio.Future] = {}
@@ -194,17 +203,24 @@ class AsyncLink:
             if time.monotonic() < self.unreachable_until:
                 raise Unreachable(self.address)
             host, port = split_address(self.address)
+            writer = None
             try:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), routing.CONNECT_TIMEOUT_S)
-            except (OSError, asyncio.TimeoutError) as exc:
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                writer.write(encode({"token": self.token}))
+                (length,) = HEADER.unpack(await asyncio.wait_for(reader.readexactly(HEADER.size), routing.CONNECT_TIMEOUT_S))
+                hello = json.loads(await asyncio.wait_for(reader.readexactly(length), routing.CONNECT_TIMEOUT_S))
+                if hello.get("hello") != self.host_id:
+                    raise OSError(f"{self.address} is not episode host {self.host_id}")
+            except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                if writer is not None:
+                    writer.close()
                 self.unreachable_until = time.monotonic() + UNREACHABLE_FOR_S
                 logger.warning("episode host %s at %s is unreachable directly (%s); going through Redis",
                                self.host_id, self.address, exc)
                 raise Unreachable(self.address) from None
-            sock = writer.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            writer.write(encode({"proof": proof(self.host_id)}))
             self.reader, self.writer = reader, writer
             self.reading = asyncio.create_task(self._read_forever(reader, writer))
 
@@ -288,19 +304,19 @@ class AsyncLink:
 _async_links: dict[tuple[int, str, str], tuple[asyncio.AbstractEventLoop, AsyncLink]] = {}
 
 
-def async_link(host_id: str, address: str) -> AsyncLink:
+def async_link(host_id: str, announced_as: str) -> AsyncLink:
     loop = asyncio.get_running_loop()
-    key = (id(loop), host_id, address)
+    key = (id(loop), host_id, announced_as)
     found = _async_links.get(key)
     if found is None or found[0] is not loop:
         for stale in [k for k, (other, _) in _async_links.items() if other.is_closed()]:
             del _async_links[stale]
-        found = _async_links[key] = (loop, AsyncLink(host_id, address))
+        found = _async_links[key] = (loop, AsyncLink(host_id, announced_as))
     return found[1]
 
 
-async def arequest(host_id: str, address: str, message: dict, timeout_s: float) -> dict:
-    return await async_link(host_id, address).request(message, timeout_s)
+async def arequest(host_id: str, announced_as: str, message: dict, timeout_s: float) -> dict:
+    return await async_link(host_id, announced_as).request(message, timeout_s)
 
 
 # -- the web's side: a sync client ----------------------------------------------------------------
@@ -308,8 +324,9 @@ async def arequest(host_id: str, address: str, message: dict, timeout_s: float) 
 class SyncLink:
     """Blocking sockets to one host, each carrying one request at a time (threads share the pool)."""
 
-    def __init__(self, host_id: str, address: str):
-        self.host_id, self.address = host_id, address
+    def __init__(self, host_id: str, announced_as: str):
+        self.host_id = host_id
+        self.address, self.token = parse_announced(announced_as)
         self.idle: list[socket.socket] = []
         self.lock = threading.Lock()
         self.unreachable_until = 0.0
@@ -321,16 +338,22 @@ class SyncLink:
                 return self.idle.pop()
             if time.monotonic() < self.unreachable_until:
                 raise Unreachable(self.address)
+        sock = None
         try:
             sock = socket.create_connection(split_address(self.address), timeout=routing.CONNECT_TIMEOUT_S)
-        except OSError as exc:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(encode({"token": self.token}))
+            hello = _read_frame_from(sock)
+            if hello is None or hello.get("hello") != self.host_id:
+                raise OSError(f"{self.address} is not episode host {self.host_id}")
+        except (OSError, ValueError) as exc:
+            if sock is not None:
+                sock.close()
             with self.lock:
                 self.unreachable_until = time.monotonic() + UNREACHABLE_FOR_S
             logger.warning("episode host %s at %s is unreachable directly (%s); going through Redis",
                            self.host_id, self.address, exc)
             raise Unreachable(self.address) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(encode({"proof": proof(self.host_id)}))
         return sock
 
     def _give_back(self, sock: socket.socket) -> None:
@@ -382,19 +405,37 @@ class SyncLink:
             buffer += chunk
 
 
+def _read_frame_from(sock: socket.socket) -> dict | None:
+    """One frame read from a blocking socket (its timeout applies)."""
+    buffer = b""
+    while len(buffer) < HEADER.size:
+        chunk = sock.recv(HEADER.size - len(buffer))
+        if not chunk:
+            return None
+        buffer += chunk
+    (length,) = HEADER.unpack(buffer)
+    body = b""
+    while len(body) < length:
+        chunk = sock.recv(length - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body)
+
+
 _sync_links: dict[tuple[str, str], SyncLink] = {}
 _sync_links_lock = threading.Lock()
 
 
-def sync_link(host_id: str, address: str) -> SyncLink:
-    key = (host_id, address)
+def sync_link(host_id: str, announced_as: str) -> SyncLink:
+    key = (host_id, announced_as)
     found = _sync_links.get(key)
     if found is None:
         with _sync_links_lock:
-            found = _sync_links.get(key) or SyncLink(host_id, address)
+            found = _sync_links.get(key) or SyncLink(host_id, announced_as)
             _sync_links[key] = found
     return found
 
 
-def request(host_id: str, address: str, message: dict, timeout_s: float) -> dict:
-    return sync_link(host_id, address).request(message, timeout_s)
+def request(host_id: str, announced_as: str, message: dict, timeout_s: float) -> dict:
+    return sync_link(host_id, announced_as).request(message, timeout_s)

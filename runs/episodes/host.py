@@ -390,7 +390,7 @@ class EpisodeHost:
     # -- the reaper -----------------------------------------------------------------------------
 
     def _announce(self) -> None:
-        routing.announce_host(self.redis, self.id, self.direct.address if self.direct is not None else None)
+        routing.announce_host(self.redis, self.id, self.direct.announced if self.direct is not None else None)
 
     def _announce_forever(self) -> None:
         """Presence on a thread of its own: a reaper busy writing a large batch must not let it lapse."""

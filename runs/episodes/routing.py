@@ -116,7 +116,8 @@ def hosts_key() -> str:
 def announce_host(r: redis.Redis, host_id: str, address: str | None = None) -> None:
     """A host says it is alive for the next HOST_TTL_S: its own key (checked by callers waiting on
     it) and its entry in the set of hosts (scored by when it expires; no KEYS scan on a busy Redis);
-    with `address` ("host:port"), where web processes reach it directly (direct.py)."""
+    with `address` ("host:port token"), where web processes reach it directly and the token they
+    show it (direct.py)."""
     expires = time.time() + HOST_TTL_S
     pipe = r.pipeline(transaction=False)
     pipe.set(host_alive_key(host_id), str(expires), px=int(HOST_TTL_S * 1000))
@@ -217,7 +218,8 @@ def _address_remember(host_id: str, raw: bytes | None) -> str | None:
 
 
 def host_address(host_id: str) -> str | None:
-    """The announced "host:port" of a host (cached: a host's address never changes), or None."""
+    """What a host announced for direct connections, "host:port token" (cached: it never changes
+    while the host lives), or None."""
     known, address = _address_cached(host_id)
     if known:
         return address

@@ -1,7 +1,8 @@
 """The direct data plane (runs/episodes/direct.py): a routed episode's steps travel over one TCP
 connection from the web process to its host, not through Redis lists; a host that dies mid-step ends
 its episode once with the infrastructure reason; a host bound to another address is reached; a host
-that announces no address is still reached through Redis; the port answers nobody without the proof."""
+that announces no address is still reached through Redis; the port answers nobody without the
+host's token."""
 import asyncio
 import os
 import signal
@@ -85,12 +86,13 @@ class Monitor:
 
 
 def _announced(host_proc) -> tuple[str, str]:
+    """(host id, address) a host announced ("" for none)."""
     r = routing.client()
     for member in r.zrange(routing.hosts_key(), 0, -1):
         host_id = member.decode()
         if host_id.split("-")[-2] == str(host_proc.pid):
             raw = r.get(routing.host_address_key(host_id))
-            return host_id, raw.decode() if raw else ""
+            return host_id, direct.parse_announced(raw.decode())[0] if raw else ""
     raise AssertionError("the host is not announced")
 
 
@@ -164,12 +166,12 @@ def test_a_host_announcing_no_address_is_reached_through_redis(owner_api, counte
     assert owner_api.post(f"/sessions/{sid}/close").json()["step_count"] == 1
 
 
-def test_the_direct_port_answers_nobody_without_the_studios_proof(owner_api, team, counter, own_episode_host):
+def test_the_direct_port_answers_nobody_without_the_hosts_token(owner_api, team, counter, own_episode_host):
     host = own_episode_host()
     host_id, address = _announced(host)
     sid = open_session(owner_api)["session_id"]
     with socket.create_connection(direct.split_address(address), timeout=5) as sock:
-        sock.sendall(direct.encode({"proof": "0" * 64}))
+        sock.sendall(direct.encode({"token": "0" * 32}))
         sock.sendall(direct.encode({"id": 1, "op": "step", "episode": sid, "team": team.pk, "action": 1}))
         assert sock.recv(1024) == b""  # closed without an answer
     assert owner_api.post(f"/sessions/{sid}/close").json()["step_count"] == 0
