@@ -90,7 +90,7 @@ class DirectServer:
         bound_port = self.sock.getsockname()[1]
         name = advertise or bind
         if name in ("0.0.0.0", "::", ""):
-            name = socket.gethostname()
+            name = _own_address()
         self.address = f"[{name}]:{bound_port}" if ":" in name else f"{name}:{bound_port}"
         self.token = secrets.token_hex(16)
         self.announced = announced(self.address, self.token)
@@ -166,6 +166,14 @@ class DirectServer:
                 pass
 
 
+def _own_address() -> str:
+    """This machine's address as others reach it (a host bound to every interface announces it)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
+
+
 def _read_frame(reader) -> dict | None:
     header = reader.read(HEADER.size)
     if len(header) < HEADER.size:
@@ -233,6 +241,9 @@ class AsyncLink:
         future = loop.create_future()
         self.pending[request_id] = future
         writer = self.writer
+        if writer is None:  # dropped between its connect and this request
+            self.pending.pop(request_id, None)
+            raise routing._lost(self.host_id)
         writer.write(encode({**message, "id": request_id}))
         timer = loop.call_later(timeout_s, self._expire, request_id, timeout_s)
         if self.watching is None or self.watching.done():
