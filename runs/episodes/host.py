@@ -42,7 +42,7 @@ from .service import (
 )
 from .setup import episode_setup
 from .status import stale_after_s
-from .journal import journal_append, journal_drop, journal_steps, journal_trim
+from .journal import JournalBatch, journal_append, journal_drop, journal_steps, journal_trim
 from .writer import FLUSH_EVERY_STEPS, LostOwnership, flush_together, steps_recover
 
 logger = logging.getLogger(__name__)
@@ -181,8 +181,9 @@ class EpisodeHost:
 
     def _answer(self, message: dict, respond=None) -> None:
         request_id = message.get("reply")
-        # A step's journal entry and its reply travel in one round trip, the entry first.
-        pipe = self.redis.pipeline(transaction=False)
+        # A step's journal entry and its reply travel in one round trip, the entry first (direct:
+        # the entry is stored, then the reply goes on the connection).
+        pipe = JournalBatch(self.redis) if respond is not None else self.redis.pipeline(transaction=False)
         try:
             result = self._handle(message, pipe)
             reply = {"ok": True, "result": result}
