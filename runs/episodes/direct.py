@@ -189,25 +189,30 @@ def _read_frame(reader) -> dict | None:
 
 # -- the web's side: an asyncio client ------------------------------------------------------------
 
+class _Connection:
+    """One open connection of an AsyncLink, with the requests it carries."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+        self.pending: dict[int, asyncio.Future] = {}
+
+
 class AsyncLink:
     """One multiplexed connection from this event loop to one host."""
 
     def __init__(self, host_id: str, announced_as: str):
         self.host_id = host_id
         self.address, self.token = parse_announced(announced_as)
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.pending: dict[int, asyncio.Future] = {}
+        self.conn: _Connection | None = None
         self.next_id = 0
         self.connecting = asyncio.Lock()
         self.watching: asyncio.Task | None = None
-        self.reading: asyncio.Task | None = None
         self.unreachable_until = 0.0
 
-    async def _connect(self) -> None:
+    async def _connect(self) -> _Connection:
         async with self.connecting:
-            if self.writer is not None:
-                return
+            if self.conn is not None:
+                return self.conn
             if time.monotonic() < self.unreachable_until:
                 raise Unreachable(self.address)
             host, port = split_address(self.address)
@@ -229,86 +234,76 @@ class AsyncLink:
                 logger.warning("episode host %s at %s is unreachable directly (%s); going through Redis",
                                self.host_id, self.address, exc)
                 raise Unreachable(self.address) from None
-            self.reader, self.writer = reader, writer
-            self.reading = asyncio.create_task(self._read_forever(reader, writer))
+            conn = self.conn = _Connection(reader, writer)
+            conn.reading = asyncio.create_task(self._read_forever(conn))
+            return conn
 
     async def request(self, message: dict, timeout_s: float) -> dict:
-        if self.writer is None:
-            await self._connect()
+        conn = self.conn or await self._connect()
         loop = asyncio.get_running_loop()
         self.next_id += 1
         request_id = self.next_id
         future = loop.create_future()
-        self.pending[request_id] = future
-        writer = self.writer
-        if writer is None:  # dropped between its connect and this request
-            self.pending.pop(request_id, None)
-            raise routing._lost(self.host_id)
-        writer.write(encode({**message, "id": request_id}))
-        timer = loop.call_later(timeout_s, self._expire, request_id, timeout_s)
+        conn.pending[request_id] = future
+        conn.writer.write(encode({**message, "id": request_id}))
+        timer = loop.call_later(timeout_s, self._expire, conn, request_id, timeout_s)
         if self.watching is None or self.watching.done():
             self.watching = asyncio.create_task(self._watch())
         try:
-            if writer.transport.get_write_buffer_size() > 1024 * 1024:
-                await writer.drain()
+            if conn.writer.transport.get_write_buffer_size() > 1024 * 1024:
+                await conn.writer.drain()
             return await future
         finally:
             timer.cancel()
-            self.pending.pop(request_id, None)
+            conn.pending.pop(request_id, None)
 
-    def _expire(self, request_id: int, timeout_s: float) -> None:
-        future = self.pending.pop(request_id, None)
+    @staticmethod
+    def _expire(conn: _Connection, request_id: int, timeout_s: float) -> None:
+        future = conn.pending.pop(request_id, None)
         if future is not None and not future.done():
             future.set_exception(routing.HostUnavailable(f"The episode host did not answer within {timeout_s:g} s."))
 
-    async def _read_forever(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read_forever(self, conn: _Connection) -> None:
         try:
             while True:
-                (length,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-                reply = json.loads(await reader.readexactly(length))
-                future = self.pending.pop(reply.pop("id", None), None)
+                (length,) = HEADER.unpack(await conn.reader.readexactly(HEADER.size))
+                reply = json.loads(await conn.reader.readexactly(length))
+                future = conn.pending.pop(reply.pop("id", None), None)
                 if future is not None and not future.done():
                     future.set_result(reply)
-        except (asyncio.IncompleteReadError, OSError, ValueError):
+        except (asyncio.IncompleteReadError, OSError, ValueError, asyncio.CancelledError):
             pass
-        except asyncio.CancelledError:
-            pass
-        self._drop(writer)
+        self._drop(conn)
 
-    def _drop(self, writer) -> None:
+    def _drop(self, conn: _Connection) -> None:
         """The connection is gone: fail what it carried with the host-stopped error; dial again next time."""
-        if self.writer is writer:
-            self.reader = self.writer = None
+        if self.conn is conn:
+            self.conn = None
         try:
-            writer.close()
+            conn.writer.close()
         except Exception:  # noqa: BLE001 - closing a dead transport
             pass
-        self._fail_all()
-
-    def _fail_all(self) -> None:
-        pending, self.pending = self.pending, {}
+        pending, conn.pending = conn.pending, {}
         for future in pending.values():
             if not future.done():
                 future.set_exception(routing._lost(self.host_id))
 
     async def _watch(self) -> None:
         """While requests wait, check the host's presence every WAIT_SLICE_S (a host whose machine
-        vanished sends no FIN): one check per connection, not per request."""
+        vanished sends no FIN): one check per link, not per request."""
         watch = routing.HostWatch(self.host_id)
         r = routing.async_client()
-        while self.pending:
+        while self.conn is not None and self.conn.pending:
             await asyncio.sleep(routing.WAIT_SLICE_S)
-            if not self.pending:
+            conn = self.conn
+            if conn is None or not conn.pending:
                 return
             try:
                 alive = bool(await r.exists(routing.host_alive_key(self.host_id)))
             except Exception:  # noqa: BLE001 - Redis down says nothing of the host: keep waiting
                 continue
             if watch.lost(alive):
-                if self.writer is not None:
-                    writer, self.reader, self.writer = self.writer, None, None
-                    writer.close()
-                self._fail_all()
+                self._drop(conn)
                 return
 
 

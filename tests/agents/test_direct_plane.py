@@ -3,20 +3,20 @@ connection from the web process to its host, not through Redis lists; a host tha
 its episode once with the infrastructure reason; a host bound to another address is reached; a host
 that announces no address is still reached through Redis; the port answers nobody without the
 host's token."""
-import asyncio
 import os
 import signal
 import socket
 import threading
 import time
 
+import httpx
 import pytest
 import redis
 from django.conf import settings
 
-from runs.episodes import direct, interactive, routing
+from runs.episodes import direct, routing
 from runs.models import Rollout, RolloutStatus
-from tests.processes import own_episode_host  # noqa: F401 - fixture
+from tests.processes import kill_group, own_episode_host, start_asgi_server  # noqa: F401 - fixture
 from tests.runs.rollout_factories import package_version
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,6 +85,27 @@ class Monitor:
         return [c for c in self.commands if ":eh:host:" in c or ":eh:reply:" in c]
 
 
+@pytest.fixture
+def web(tmp_path, team, owner):
+    """web() -> an httpx client of a uvicorn web process (its step routes: the async path, on its event
+    loop), started once this test's host is (it takes the test's Redis names)."""
+    from studio import services as studio_services
+
+    started = []
+
+    def start():
+        _, token = studio_services.token_create(team=team, actor=owner, name="direct")
+        proc, url = start_asgi_server(tmp_path / "web.log")
+        http = httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        started.append((proc, http))
+        return http
+
+    yield start
+    for proc, http in started:
+        http.close()
+        kill_group(proc)
+
+
 def _announced(host_proc) -> tuple[str, str]:
     """(host id, address) a host announced ("" for none)."""
     r = routing.client()
@@ -96,9 +117,10 @@ def _announced(host_proc) -> tuple[str, str]:
     raise AssertionError("the host is not announced")
 
 
-def test_steps_travel_over_the_direct_connection_not_redis_lists_and_are_all_recorded(owner_api, team, counter,
+def test_steps_travel_over_the_direct_connection_not_redis_lists_and_are_all_recorded(owner_api, counter, web,
                                                                                      own_episode_host):
     host = own_episode_host()
+    http = web()
     host_id, address = _announced(host)
     assert address.startswith("127.0.0.1:")
     sid = open_session(owner_api)["session_id"]
@@ -106,10 +128,8 @@ def test_steps_travel_over_the_direct_connection_not_redis_lists_and_are_all_rec
         for _ in range(10):  # the sync client (Django views)
             assert owner_api.post(f"/sessions/{sid}/step", {"action": 1}).status_code == 200
 
-        async def steps():  # the async client (the ASGI fast path and OpenEnv's websocket)
-            return [await interactive.episode_step_remote_async(team=team, episode_id=sid, action=1) for _ in range(10)]
-
-        stepped = asyncio.run(steps())
+        # The async client: the ASGI fast path of a web process (as OpenEnv's websocket steps).
+        stepped = [http.post(f"/sessions/{sid}/step", json={"action": 1}).json() for _ in range(10)]
     assert [step["observation"]["n"] for step in stepped] == list(range(11, 21))
     assert monitor.lists_of_requests() == []
     # The host still journals each answered step (its recording is unchanged).
@@ -175,3 +195,21 @@ def test_the_direct_port_answers_nobody_without_the_hosts_token(owner_api, team,
         sock.sendall(direct.encode({"id": 1, "op": "step", "episode": sid, "team": team.pk, "action": 1}))
         assert sock.recv(1024) == b""  # closed without an answer
     assert owner_api.post(f"/sessions/{sid}/close").json()["step_count"] == 0
+
+
+def test_a_host_killed_during_an_awaited_step_fails_it_at_once_and_ends_the_episode_once(owner_api, counter, web,
+                                                                                        own_episode_host):
+    host = own_episode_host()
+    http = web()
+    opened = open_session(owner_api)
+    sid = opened["session_id"]
+    assert http.post(f"/sessions/{sid}/step", json={"action": 1}).status_code == 200
+    threading.Timer(1.0, lambda: os.killpg(host.pid, signal.SIGKILL)).start()
+    started = time.monotonic()
+    lost = http.post(f"/sessions/{sid}/step", json={"action": 99})  # its sandbox sleeps 3 s
+    assert time.monotonic() - started < 2.5  # the connection's end tells at once
+    assert lost.status_code == 503 and "stopped" in lost.json()["detail"], lost.content
+    rollout = Rollout.objects.get(pk=opened["rollout_id"])
+    assert rollout.status == RolloutStatus.ERRORED and rollout.end_reason == "infra_error"
+    assert rollout.error == lost.json()["detail"]
+    assert rollout.step_count == 1 and rollout.total_reward == 1.0
