@@ -86,7 +86,7 @@ def create_fixtures() -> tuple[str, str]:
     _, raw = studio_services.token_create(team=team, actor=user, name="bench")
     files = {
         "environment.toml": 'name = "trivial"\nkind = "python"\nentrypoint = "env:Env"\nmax_steps = 100000\n'
-                            "\n[limits]\nepisode_timeout_s = 3600\n",
+                            "\n[limits]\nepisode_timeout_s = 3600\nmemory_mb = 128\n",
         "env.py": ENV_PY,
         "tasks.jsonl": json.dumps({"id": "t1", "difficulty": 1}) + "\n",
     }
@@ -117,6 +117,7 @@ def start_reference(folder: Path) -> tuple[subprocess.Popen, str]:
 async def openenv_sessions(ws_url: str, clients: int, steps_each: int, warmup: int = 20) -> dict:
     """`clients` concurrent OpenEnv sessions (the messages openenv-core's EnvClient sends)."""
     from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
 
     times: list[float] = []
     rollouts: list[int] = []
@@ -143,6 +144,12 @@ async def openenv_sessions(ws_url: str, clients: int, steps_each: int, warmup: i
                 if '"type":"error"' in reply.replace(" ", ""):
                     raise SystemExit(f"step answered {reply}")
             await ws.send(json.dumps({"type": "close"}))
+            # Both servers end the connection on "close": wait for it instead of tearing the socket
+            # down first (OpenEnv's server logs a traceback for every client that closes before it does).
+            try:
+                await asyncio.wait_for(ws.recv(), timeout=5)
+            except (ConnectionClosed, asyncio.TimeoutError):
+                pass
 
     barrier = asyncio.Barrier(clients + 1)
     tasks = [asyncio.create_task(session(i)) for i in range(clients)]

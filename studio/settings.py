@@ -347,6 +347,13 @@ if DEPENV_BUILD_TIMEOUT_S <= 0:
 EPISODE_HOST_REDIS_URL = envstr("EPISODE_HOST_REDIS_URL", REDIS_URL)
 EPISODE_HOST_PREFIX = envstr("EPISODE_HOST_PREFIX", DEPLOYMENT_TAG)  # Redis key prefix; see CELERY_TASK_DEFAULT_QUEUE
 EPISODES_MAX_OPEN_PER_TEAM = envint("EPISODES_MAX_OPEN_PER_TEAM", 256)
+# The direct data plane (runs/episodes/direct.py): each host listens on EPISODE_HOST_BIND:EPISODE_HOST_PORT
+# (0: an ephemeral port) and announces EPISODE_HOST_ADVERTISE (default: the bound address) as where web
+# processes reach it; a host on another machine binds an address they can reach. Off: Redis lists only.
+EPISODE_HOST_DIRECT = envbool("EPISODE_HOST_DIRECT", True)
+EPISODE_HOST_BIND = envstr("EPISODE_HOST_BIND", "127.0.0.1")
+EPISODE_HOST_PORT = envint("EPISODE_HOST_PORT", 0)
+EPISODE_HOST_ADVERTISE = envstr("EPISODE_HOST_ADVERTISE", "")
 # Open episodes are admitted by the memory their versions declare (runs/episodes/memory.py), in MB;
 # 0: 3/4 of this machine's memory per episode host, half of that per team.
 EPISODE_HOST_MEMORY_MB = envint("EPISODE_HOST_MEMORY_MB", 0)

@@ -1,5 +1,7 @@
 """An episode host: a process that holds interactive episodes (human play, remote sessions, protocol
-endpoints) and answers requests for them from any web process, through Redis (routing.py).
+endpoints) and answers requests for them from any web process: starts through Redis (routing.py),
+the requests of its episodes over direct connections (direct.py), or through Redis from callers that
+cannot reach its address.
 
 Starts run on a pool of their own, with at most START_CONCURRENCY_PER_TEAM at once per team, so a
 team's slow `reset()` never delays another team's starts, and never any team's steps. Steps of one
@@ -40,7 +42,7 @@ from .service import (
 )
 from .setup import episode_setup
 from .status import stale_after_s
-from .journal import journal_append, journal_drop, journal_steps, journal_trim
+from .journal import JournalBatch, journal_append, journal_drop, journal_steps, journal_trim
 from .writer import FLUSH_EVERY_STEPS, LostOwnership, flush_together, steps_recover
 
 logger = logging.getLogger(__name__)
@@ -93,10 +95,12 @@ class EpisodeHost:
         self.team_starts: dict[int, int] = collections.Counter()
         self.team_pending: dict[int, collections.deque] = collections.defaultdict(collections.deque)
         self.take_many = True
+        self.direct = None  # its DirectServer once serving (direct.py), when EPISODE_HOST_DIRECT
 
     # -- the loop -------------------------------------------------------------------------------
 
     def serve(self) -> None:
+        self.listen()
         self._announce()
         threads = [threading.Thread(target=self._reap_forever, name="episode-reaper", daemon=True),
                    threading.Thread(target=self._announce_forever, name="episode-presence", daemon=True)]
@@ -118,6 +122,24 @@ class EpisodeHost:
                     continue
                 self._dispatch(message)
         self.shutdown()
+
+    def listen(self) -> None:
+        """Open the direct port (before the first announce, which names it)."""
+        if self.direct is not None or not routing.direct_enabled():
+            return
+        from .direct import DirectServer
+
+        self.direct = DirectServer(self, bind=settings.EPISODE_HOST_BIND, port=int(settings.EPISODE_HOST_PORT),
+                                   advertise=settings.EPISODE_HOST_ADVERTISE)
+        self.direct.start()
+        logger.info("episode host %s reachable directly at %s", self.id, self.direct.address)
+
+    def dispatch_direct(self, message: dict, respond) -> None:
+        """A request that came over a direct connection: answered on it (starts come through Redis)."""
+        if message.get("op") == "start":
+            respond({"id": message.get("id"), "ok": False, "status": 400, "error": "starts go through Redis"})
+            return
+        self.step_pool.submit(self._answer, message, respond)
 
     def _take(self) -> list[bytes]:
         """The next requests: under load, up to TAKE_AT_ONCE of this host's own in one round trip;
@@ -157,10 +179,11 @@ class EpisodeHost:
                 if message is None:
                     self.team_starts[team_id] -= 1
 
-    def _answer(self, message: dict) -> None:
+    def _answer(self, message: dict, respond=None) -> None:
         request_id = message.get("reply")
-        # A step's journal entry and its reply travel in one round trip, the entry first.
-        pipe = self.redis.pipeline(transaction=False)
+        # A step's journal entry and its reply travel in one round trip, the entry first (direct:
+        # the entry is stored, then the reply goes on the connection).
+        pipe = JournalBatch(self.redis) if respond is not None else self.redis.pipeline(transaction=False)
         try:
             result = self._handle(message, pipe)
             reply = {"ok": True, "result": result}
@@ -174,6 +197,16 @@ class EpisodeHost:
             # keep a PostgreSQL connection open: hand it back once the operation is done.
             if connection.connection is not None:
                 connection.close()
+        if respond is not None:
+            # Direct: the step's journal entry first (as on the Redis path), then the reply.
+            if len(pipe):
+                try:
+                    pipe.execute()
+                except redis.RedisError:
+                    logger.warning("episode host %s: could not journal a step (it stays buffered for the next write)",
+                                   self.id, exc_info=True)
+            respond({**reply, "id": message.get("id")})
+            return
         if request_id:
             try:
                 routing.send_reply(self.redis, request_id, reply, pipe=pipe)
@@ -358,7 +391,7 @@ class EpisodeHost:
     # -- the reaper -----------------------------------------------------------------------------
 
     def _announce(self) -> None:
-        routing.announce_host(self.redis, self.id)
+        routing.announce_host(self.redis, self.id, self.direct.announced if self.direct is not None else None)
 
     def _announce_forever(self) -> None:
         """Presence on a thread of its own: a reaper busy writing a large batch must not let it lapse."""
@@ -469,6 +502,8 @@ class EpisodeHost:
             routing.retire_host(self.redis, self.id)
         except redis.RedisError:
             pass
+        if self.direct is not None:
+            self.direct.close()
         if self.sandbox_pool is not None:
             self.sandbox_pool.close()
         self.step_pool.shutdown(wait=False, cancel_futures=True)

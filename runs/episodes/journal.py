@@ -7,6 +7,7 @@ stored is harmless: step rows are unique per (rollout, index) and inserts skip e
 """
 import json
 import logging
+import threading
 
 import redis
 
@@ -49,3 +50,38 @@ def journal_drop(r: redis.Redis, rollout_id: int) -> None:
 def journal_steps(r: redis.Redis, rollout_id: int) -> list[dict]:
     """The steps still in the journal, oldest first."""
     return [json.loads(raw) for raw in r.lrange(journal_key(rollout_id), 0, -1)]
+
+
+_local = threading.local()
+
+
+class JournalBatch:
+    """The journal entries of one direct request (a pipeline's `rpush` and `execute`), sent on this
+    thread's own Redis connection: no pool, no pipeline machinery, one short round trip a step."""
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+        self.commands: list[tuple] = []
+
+    def rpush(self, key: str, value: str) -> None:
+        self.commands.append(("RPUSH", key, value))
+
+    def __len__(self) -> int:
+        return len(self.commands)
+
+    def execute(self) -> None:
+        if not self.commands:
+            return
+        pool = self.r.connection_pool
+        conn = getattr(_local, "conn", None)
+        if conn is None or getattr(_local, "pool", None) is not pool:
+            conn = _local.conn = pool.connection_class(**pool.connection_kwargs)
+            _local.pool = pool
+        try:
+            conn.send_packed_command(conn.pack_commands(self.commands))
+            for _ in self.commands:
+                conn.read_response()
+        except BaseException:
+            conn.disconnect()
+            _local.conn = None
+            raise

@@ -1,4 +1,6 @@
-"""How web processes reach the episode hosts that hold interactive episodes: Redis lists.
+"""How web processes reach the episode hosts that hold interactive episodes: Redis lists, and for
+the requests of a routed episode (steps, observations, closes), a direct connection to its host
+when the host announced an address (direct.py).
 
 A request is a JSON object pushed onto a host's list (or onto the shared start list, which any idle
 host takes); the reply comes back on a list of its own that the caller blocks on. Which host holds
@@ -49,6 +51,10 @@ def host_queue(host_id: str) -> str:
 
 def host_alive_key(host_id: str) -> str:
     return f"{prefix()}:alive:{host_id}"
+
+
+def host_address_key(host_id: str) -> str:
+    return f"{prefix()}:addr:{host_id}"
 
 
 def route_key(episode_id: str) -> str:
@@ -107,12 +113,16 @@ def hosts_key() -> str:
     return f"{prefix()}:hosts"
 
 
-def announce_host(r: redis.Redis, host_id: str) -> None:
+def announce_host(r: redis.Redis, host_id: str, address: str | None = None) -> None:
     """A host says it is alive for the next HOST_TTL_S: its own key (checked by callers waiting on
-    it) and its entry in the set of hosts (scored by when it expires; no KEYS scan on a busy Redis)."""
+    it) and its entry in the set of hosts (scored by when it expires; no KEYS scan on a busy Redis);
+    with `address` ("host:port token"), where web processes reach it directly and the token they
+    show it (direct.py)."""
     expires = time.time() + HOST_TTL_S
     pipe = r.pipeline(transaction=False)
     pipe.set(host_alive_key(host_id), str(expires), px=int(HOST_TTL_S * 1000))
+    if address:
+        pipe.set(host_address_key(host_id), address, ex=ROUTE_TTL_S)
     pipe.zadd(hosts_key(), {host_id: expires})
     pipe.zremrangebyscore(hosts_key(), "-inf", time.time() - 60)
     pipe.execute()
@@ -120,7 +130,7 @@ def announce_host(r: redis.Redis, host_id: str) -> None:
 
 def retire_host(r: redis.Redis, host_id: str) -> None:
     pipe = r.pipeline(transaction=False)
-    pipe.delete(host_alive_key(host_id))
+    pipe.delete(host_alive_key(host_id), host_address_key(host_id))
     pipe.zrem(hosts_key(), host_id)
     pipe.execute()
 
@@ -182,10 +192,75 @@ def _lost(host_id: str | None) -> HostUnavailable:
     return HostUnavailable(f"The episode host holding this episode ({host_id}) stopped.")
 
 
+# -- where a host is reached directly (direct.py) ---------------------------------------------------
+
+_addresses: dict[str, tuple[str | None, float]] = {}
+# A host that announced no address (an older one) is asked again after this long.
+NO_ADDRESS_RECHECK_S = 5.0
+
+
+def _address_cached(host_id: str) -> tuple[bool, str | None]:
+    found = _addresses.get(host_id)
+    if found is None:
+        return False, None
+    address, fetched = found
+    if address is None and time.monotonic() - fetched > NO_ADDRESS_RECHECK_S:
+        return False, None
+    return True, address
+
+
+def _address_remember(host_id: str, raw: bytes | None) -> str | None:
+    if len(_addresses) > 10_000:
+        _addresses.clear()
+    address = raw.decode() if raw else None
+    _addresses[host_id] = (address, time.monotonic())
+    return address
+
+
+def host_address(host_id: str) -> str | None:
+    """What a host announced for direct connections, "host:port token" (cached: it never changes
+    while the host lives), or None."""
+    known, address = _address_cached(host_id)
+    if known:
+        return address
+    try:
+        return _address_remember(host_id, client().get(host_address_key(host_id)))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
+
+
+async def ahost_address(host_id: str) -> str | None:
+    known, address = _address_cached(host_id)
+    if known:
+        return address
+    try:
+        return _address_remember(host_id, await async_client().get(host_address_key(host_id)))
+    except redis.RedisError as exc:
+        raise redis_unavailable(exc) from None
+
+
+def direct_enabled() -> bool:
+    return bool(getattr(settings, "EPISODE_HOST_DIRECT", True))
+
+
 def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     """Send `message` to `host_id` (None: to whichever host takes the next start) and wait for its
-    reply. Raises HostUnavailable when the host is gone (or none runs), HostError for refusals,
+    reply: straight over the host's connection when it announced an address, else through Redis.
+    Raises HostUnavailable when the host is gone (or none runs), HostError for refusals,
     RedisUnavailable when Redis fails."""
+    if host_id is not None and direct_enabled():
+        address = host_address(host_id)
+        if address is not None:
+            from . import direct
+
+            try:
+                return _unwrap(direct.request(host_id, address, message, timeout_s))
+            except direct.Unreachable:
+                pass  # nothing was sent: through Redis, which also tells whether the host is alive
+    return call_via_redis(message=message, host_id=host_id, timeout_s=timeout_s)
+
+
+def call_via_redis(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     if host_id is None and not wait_for_a_host():
         raise HostUnavailable(NO_HOST)
     r = client()
@@ -241,7 +316,21 @@ def async_client():
 
 
 async def acall(*, message: dict, host_id: str, timeout_s: float) -> dict:
-    """`call` to a known host, awaited on the event loop instead of blocking a thread."""
+    """`call` to a known host, awaited on the event loop instead of blocking a thread (direct when
+    the host announced an address: read and written on this loop, no thread)."""
+    if direct_enabled():
+        address = await ahost_address(host_id)
+        if address is not None:
+            from . import direct
+
+            try:
+                return _unwrap(await direct.arequest(host_id, address, message, timeout_s))
+            except direct.Unreachable:
+                pass
+    return await acall_via_redis(message=message, host_id=host_id, timeout_s=timeout_s)
+
+
+async def acall_via_redis(*, message: dict, host_id: str, timeout_s: float) -> dict:
     r = async_client()
     queue, key, payload = _request(message, host_id)
     watch = HostWatch(host_id)

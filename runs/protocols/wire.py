@@ -234,15 +234,143 @@ def _error(kind: str, loc: list, msg: str, value, ctx: dict | None = None) -> di
 
 
 @functools.lru_cache(maxsize=512)
-def _validator(schema_json: str):
-    return jsonschema.Draft202012Validator(json.loads(schema_json))
+def _compiled_by_json(schema_json: str):
+    """(validator, fast check or None) of a schema, built once per distinct schema."""
+    schema = json.loads(schema_json)
+    return jsonschema.Draft202012Validator(schema), fast_check(schema)
+
+
+# Schema objects already compiled, by identity (a version's action form keeps its schema for every
+# step): a step's check costs no serialisation of the schema, only the check itself.
+_compiled_by_id: dict[int, tuple[dict, object, object]] = {}
+
+
+def _compiled(schema: dict):
+    found = _compiled_by_id.get(id(schema))
+    if found is not None and found[0] is schema:
+        return found[1], found[2]
+    validator, fast = _compiled_by_json(json.dumps(schema, sort_keys=True))
+    if len(_compiled_by_id) > 4096:
+        _compiled_by_id.clear()
+    _compiled_by_id[id(schema)] = (schema, validator, fast)
+    return validator, fast
+
+
+# -- fast checks: common shapes (a discrete index, a box array, an object of plain fields, a tool
+# call) as plain Python. A fast check only ever says "valid"; anything else goes to the validator,
+# which says what is wrong, so errors are the same as ever. --------------------------------------
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment", "$schema", "format",
+                          "deprecated", "readOnly", "writeOnly"})  # format asserts nothing (no format checker)
+_TYPE_TESTS = {
+    "integer": lambda v: type(v) is int, "number": lambda v: type(v) is int or type(v) is float,
+    "string": lambda v: type(v) is str, "boolean": lambda v: type(v) is bool, "null": lambda v: v is None,
+    "object": lambda v: type(v) is dict, "array": lambda v: type(v) is list,
+}
+_FAST_KEYWORDS = frozenset({"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                            "items", "prefixItems", "minItems", "maxItems", "properties", "required",
+                            "additionalProperties", "enum", "const", "anyOf"}) | _ANNOTATIONS
+
+
+def _plain(option) -> bool:
+    return type(option) is str or type(option) is int
+
+
+def fast_check(schema):
+    """A function value -> True when `value` certainly fits `schema`, or None when the schema uses
+    anything beyond the common shapes (then every check goes to the validator)."""
+    if schema is True or schema == {}:
+        return lambda value: True
+    if not isinstance(schema, dict) or not schema.keys() <= _FAST_KEYWORDS:
+        return None
+    tests = []
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not all(isinstance(k, str) and k in _TYPE_TESTS for k in kinds):
+            return None
+        if len(kinds) == 1:
+            tests.append(_TYPE_TESTS[kinds[0]])
+        else:
+            kind_tests = [_TYPE_TESTS[k] for k in kinds]
+            tests.append(lambda v: any(test(v) for test in kind_tests))
+    numeric = lambda v: (type(v) is int or type(v) is float)  # noqa: E731 - bounds bind numbers only
+    for key, compare in (("minimum", lambda v, b: v >= b), ("maximum", lambda v, b: v <= b),
+                         ("exclusiveMinimum", lambda v, b: v > b), ("exclusiveMaximum", lambda v, b: v < b)):
+        if key in schema:
+            bound = schema[key]
+            if not numeric(bound):
+                return None
+            tests.append(lambda v, bound=bound, compare=compare: not numeric(v) or compare(v, bound))
+    for key, compare in (("minLength", lambda n, b: n >= b), ("maxLength", lambda n, b: n <= b)):
+        if key in schema:
+            bound = schema[key]
+            tests.append(lambda v, bound=bound, compare=compare: type(v) is not str or compare(len(v), bound))
+    for key, compare in (("minItems", lambda n, b: n >= b), ("maxItems", lambda n, b: n <= b)):
+        if key in schema:
+            bound = schema[key]
+            tests.append(lambda v, bound=bound, compare=compare: type(v) is not list or compare(len(v), bound))
+    if "enum" in schema or "const" in schema:
+        options = schema["enum"] if "enum" in schema else [schema["const"]]
+        if not isinstance(options, list) or not all(_plain(option) for option in options):
+            return None
+        allowed = frozenset((type(option), option) for option in options)
+        tests.append(lambda v: _plain(v) and (type(v), v) in allowed)
+    if "prefixItems" in schema:
+        if not isinstance(schema["prefixItems"], list) or "items" in schema:
+            return None
+        firsts = [fast_check(sub) for sub in schema["prefixItems"]]
+        if any(check is None for check in firsts):
+            return None
+        tests.append(lambda v: type(v) is not list or all(check(item) for check, item in zip(firsts, v)))
+    if "items" in schema:
+        each = fast_check(schema["items"])
+        if each is None:
+            return None
+        tests.append(lambda v: type(v) is not list or all(each(item) for item in v))
+    if "properties" in schema or "required" in schema or "additionalProperties" in schema:
+        properties = schema.get("properties") or {}
+        required = schema.get("required") or []
+        extra = schema.get("additionalProperties", True)
+        if not isinstance(properties, dict) or not isinstance(required, list) or extra not in (True, False):
+            return None
+        fields = {name: fast_check(sub) for name, sub in properties.items()}
+        if any(check is None for check in fields.values()):
+            return None
+
+        def fits_object(v, fields=fields, required=tuple(required), closed=extra is False):
+            if type(v) is not dict:
+                return True
+            for name in required:
+                if name not in v:
+                    return False
+            for name, item in v.items():
+                check = fields.get(name)
+                if check is None:
+                    if closed:
+                        return False
+                elif not check(item):
+                    return False
+            return True
+
+        tests.append(fits_object)
+    if "anyOf" in schema:
+        branches = [fast_check(sub) for sub in schema["anyOf"]] if isinstance(schema["anyOf"], list) else [None]
+        if not branches or any(check is None for check in branches):
+            return None
+        tests.append(lambda v: any(check(v) for check in branches))
+    if len(tests) == 1:
+        return tests[0]
+    return lambda value: all(test(value) for test in tests)
 
 
 def schema_errors(schema: dict, value, prefix: list) -> list[dict]:
     """The errors pydantic would report for `value` against a model of this JSON schema (at most 10)."""
     if not schema:
         return []
-    validator = _validator(json.dumps(schema, sort_keys=True))
+    validator, fast = _compiled(schema)
+    if fast is not None and fast(value):
+        return []
     found = [leaf for error in validator.iter_errors(value) for leaf in _closest(error)]
     errors = [shaped for error in found for shaped in _pydantic_errors(error, [*prefix, *error.absolute_path])]
     # pydantic reports the declared fields' errors first, unknown fields after them
