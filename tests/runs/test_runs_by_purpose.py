@@ -162,3 +162,11 @@ def test_the_review_queue_shows_evaluations_unless_asked(owner, team, mixed):
     assert len(api.get("/review/queue", {"purpose": "all"}).json()["items"]) == 3
     bad = api.get("/review/queue", {"purpose": "nope"})
     assert bad.status_code == 422 and bad.json()["field"] == "purpose"
+
+
+def test_audit_difficulty_reads_evaluations_and_the_oracle_only(guess, mixed):
+    from runs.quality.report import version_rows
+
+    runs = {row["id"]: row for row in version_rows(version=guess)}
+    expected = {r.pk for key in ("evaluation", "oracle") for r in mixed[key].rollouts.all()}
+    assert set(runs) == expected  # no probe, determinism pair or session rollout
