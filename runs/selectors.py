@@ -77,11 +77,6 @@ class RunFilters:
     created_to: datetime.date | None = None  # inclusive
     q: str = ""
 
-    @property
-    def narrowed(self) -> bool:
-        """Whether anything besides purpose narrows the list (the counts per purpose then follow it)."""
-        return any(getattr(self, name) for name in ("agent_id", "environment_slug", "status", "created_from", "created_to", "q"))
-
 
 def _filter_date(text: str, field: str) -> datetime.date | None:
     if not text:
@@ -135,7 +130,7 @@ def _runs_narrowed(runs, *, team, filters: RunFilters, purpose: bool = True):
     if filters.agent_id is not None:
         runs = runs.filter(agent_id=filters.agent_id)
     if filters.environment_slug:
-        runs = runs.filter(environment_version__environment__team=team, environment_version__environment__slug=filters.environment_slug)
+        runs = runs.filter(environment_version__environment__slug=filters.environment_slug)
         if filters.version_number is not None:
             runs = runs.filter(environment_version__number=filters.version_number)
     if filters.status:
