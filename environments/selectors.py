@@ -106,9 +106,11 @@ def environment_cards(*, team, q: str = "") -> list[Environment]:
     """The environments list: each with its version count, whether its draft has uncommitted changes,
     and its last run (`last_run`, with the run figures' counts and success rate, or None)."""
     from runs.figures import with_run_counts
-    from runs.models import Run
+    from runs.models import Run, RunPurpose
 
-    last_run = Run.objects.filter(environment_version__environment=OuterRef("pk")).order_by("-created_at", "-id")
+    # Evaluations only: an audit's runs, a session's episodes or a play are not what "last run" means.
+    last_run = Run.objects.filter(environment_version__environment=OuterRef("pk"), purpose=RunPurpose.EVALUATION).order_by(
+        "-created_at", "-id")
     envs = environments_for_team(team=team).annotate(
         last_run_id=Subquery(last_run.values("id")[:1]),
         uncommitted=Case(

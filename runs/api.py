@@ -30,7 +30,8 @@ def _run_out(run: Run, summary: dict | None = None) -> dict:
     v = run.environment_version
     return {
         "id": run.pk, "environment": v.environment.slug, "version": v.label, "content_hash": v.content_hash,
-        "agent": run.agent.name, "agent_id": run.agent_id, "status": run.status, "task_ids": run.task_ids,
+        "agent": run.agent.name, "agent_id": run.agent_id, "status": run.status, "purpose": run.purpose,
+        "task_ids": run.task_ids,
         "seeds": run.seeds, "repeats": run.repeats, "limits": run.limits, "reviews_required": run.reviews_required,
         "created_at": run.created_at, "finished_at": run.finished_at,
         "summary": summary if summary is not None else figures.run_figures(run),
@@ -56,11 +57,21 @@ def get_agent(request, agent_id: int):
 
 @router.get("/runs", response=list[RunOut])
 def list_runs(request, limit: int = Query(50, le=BIGINT_MAX), offset: int = Query(0, ge=0, le=BIGINT_MAX),
-              before: int | None = Query(None, ge=0, le=BIGINT_MAX)):
-    """The team's runs, newest first. Page with `before` (the last run id of the previous page: any page
-    costs the same) or `offset`."""
+              before: int | None = Query(None, ge=0, le=BIGINT_MAX), purpose: str = "", agent: str = "",
+              version: str = "", status: str = "", created_from: str = "", created_to: str = "", q: str = ""):
+    """The team's runs, newest first: evaluations unless `purpose` says otherwise (audit, reverify, session,
+    play, or all), narrowed by `agent` (name or id), `version` (slug or slug@N), `status`, `created_from` and
+    `created_to` (dates, inclusive) and `q` (a run number, or part of an agent's or environment's name), as
+    the runs page filters them; a bad value is a 400 naming it. Page with `before` (the last run id of the
+    previous page: any page costs the same) or `offset`."""
     limit = max(1, min(limit, 200))
-    runs = selectors.runs_of_team(team=request.team).order_by("-created_at", "-id")
+    params = {"purpose": purpose, "agent": agent, "version": version, "status": status, "created_from": created_from,
+              "created_to": created_to, "q": q}
+    try:
+        filters = selectors.run_filters_parse(team=request.team, params=params)
+    except selectors.InvalidRunFilter as exc:
+        raise services.InvalidRun(exc.message, field=exc.field) from None
+    runs = selectors.runs_filtered(team=request.team, filters=filters)
     if before is not None:
         last = selectors.run_created_at(team=request.team, run_id=before)
         if last is None:

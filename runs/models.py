@@ -64,6 +64,17 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class RunPurpose(models.TextChoices):
+    """Why a run exists. Lists, the environments card, comparisons and the default review queue show
+    evaluations; the others are a filter away (docs/quality.md, "Runs by purpose")."""
+
+    EVALUATION = "evaluation", "Evaluation"  # started by a person or the API (New run, POST /runs, a rerun)
+    AUDIT = "audit", "Audit"  # queued by a quality audit: probes, the oracle, determinism pairs
+    REVERIFY = "reverify", "Re-verification"
+    SESSION = "session", "Session"  # remote episodes (sessions API, OpenEnv, Gym) through one credential and version
+    PLAY = "play", "Play"  # an author acting as the agent from the studio page
+
+
 class Run(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
     environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.RESTRICT, related_name="runs")
@@ -74,13 +85,25 @@ class Run(models.Model):
     limits = models.JSONField(default=dict, blank=True)
     reviews_required = models.PositiveSmallIntegerField(default=1)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    purpose = models.CharField(max_length=16, choices=RunPurpose.choices, default=RunPurpose.EVALUATION)
+    # A session run's group (runs.episodes.interactive.session_run_for): the credential its episodes came
+    # through ("token:<id>", "openenv-key:<id>") and the run name the client gave, if any; "" otherwise.
+    session_key = models.CharField(max_length=300, blank=True, default="")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["team", "-created_at"])]
+        indexes = [
+            models.Index(fields=["team", "-created_at"]),
+            # The runs list and API by purpose (and its counts), by agent, by version: a page costs its size.
+            models.Index(fields=["team", "purpose", "-created_at", "-id"], name="run_team_purpose"),
+            models.Index(fields=["agent", "-created_at", "-id"], name="run_agent_created"),
+            models.Index(fields=["environment_version", "-created_at", "-id"], name="run_version_created"),
+            models.Index(fields=["team", "environment_version", "agent", "session_key", "-created_at"],
+                         name="run_session_group", condition=models.Q(purpose="session")),
+        ]
 
     def __str__(self):
         return f"run {self.pk}"

@@ -11,7 +11,7 @@ from environments.selectors import without_version_content
 
 from .artifacts import arrays_public
 from .episodes import interactive
-from .models import AgentKind, Rollout, Step
+from .models import AgentKind, Rollout, RunPurpose, Step
 
 HUMAN_AGENT_NAME = "human"
 
@@ -34,7 +34,7 @@ def play_start(*, team, actor, version, task_id: str, seed: int = 0) -> Play:
     """Start the sandbox for (version, task, seed) on an episode host; a running `human` rollout."""
     opened = interactive.episode_open(
         team=team, actor=actor, version=version, task_id=task_id, seed=seed, driver="play",
-        agent_name=HUMAN_AGENT_NAME, agent_kind=AgentKind.HUMAN,
+        agent_name=HUMAN_AGENT_NAME, agent_kind=AgentKind.HUMAN, purpose=RunPurpose.PLAY,
     )
     return _play(opened["episode_id"], opened)
 

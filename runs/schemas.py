@@ -55,6 +55,7 @@ class RunOut(Schema):
     agent: str
     agent_id: int
     status: str
+    purpose: str = Field(..., description="evaluation (a person or the API started it), audit, reverify, session (remote episodes), play")
     task_ids: list[str]
     seeds: list[int]
     repeats: int

@@ -1,15 +1,24 @@
 """Reads of agents, runs, rollouts and steps, always scoped to one team by the caller's objects."""
+import datetime
+from dataclasses import dataclass
+
 from django.db.models import Count, Q, Subquery
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from environments.models import Environment
 
 from environments.selectors import without_version_content
 
+from studio.errors import DomainError
 from studio.models import Membership
 
 from . import events, figures
 from .artifacts import arrays_fingerprint
 from .labels import current_labels_of_outer_rollout, own_layer
-from .models import Agent, AgentKind, AgentSecret, LabelSource, RewardLabel, Rollout, RolloutStatus, Run, Step
+from .models import (
+    Agent, AgentKind, AgentSecret, LabelSource, RewardLabel, Rollout, RolloutStatus, Run, RunPurpose, RunStatus, Step,
+)
 
 
 def agents_for_team(*, team):
@@ -46,9 +55,119 @@ def agent_by_reference(*, team, reference) -> Agent | None:
     return agents.filter(name=text).first()
 
 
-def runs_with_counts(*, team):
-    """The team's runs, newest first, each with the run figures' counts (runs.figures), for lists."""
-    return figures.with_run_counts(runs_of_team(team=team).select_related("created_by")).order_by("-created_at")
+class InvalidRunFilter(DomainError):
+    pass
+
+
+ALL_PURPOSES = "all"
+RUN_FILTER_KEYS = ("purpose", "agent", "version", "status", "created_from", "created_to", "q")
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """What the runs list (page and API) narrows to. `purpose` None means every purpose; the default is
+    evaluations, so audits, sessions and plays are a filter away."""
+
+    purpose: str | None = RunPurpose.EVALUATION
+    agent_id: int | None = None
+    environment_slug: str | None = None
+    version_number: int | None = None
+    status: str | None = None
+    created_from: datetime.date | None = None
+    created_to: datetime.date | None = None  # inclusive
+    q: str = ""
+
+
+def _filter_date(text: str, field: str) -> datetime.date | None:
+    if not text:
+        return None
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        raise InvalidRunFilter(f"{field} must be a date as YYYY-MM-DD, not {text[:40]!r}.", field=field) from None
+
+
+def run_filters_parse(*, team, params) -> RunFilters:
+    """The run filters of query parameters (`purpose`, `agent` (name or id), `version` ("slug" or "slug@N"),
+    `status`, `created_from`/`created_to` (dates), `q`); InvalidRunFilter names the one at fault."""
+    text = {key: str(params.get(key) or "").strip() for key in RUN_FILTER_KEYS}
+    purpose = text["purpose"] or RunPurpose.EVALUATION
+    if purpose != ALL_PURPOSES and purpose not in RunPurpose.values:
+        raise InvalidRunFilter(f"Unknown purpose {purpose[:40]!r}; purposes are {', '.join(RunPurpose.values)} or all.", field="purpose")
+    if text["status"] and text["status"] not in RunStatus.values:
+        raise InvalidRunFilter(f"Unknown status {text['status'][:40]!r}; statuses are {', '.join(RunStatus.values)}.", field="status")
+    agent_id = None
+    if text["agent"]:
+        agent = agent_by_reference(team=team, reference=text["agent"])
+        if agent is None:
+            raise InvalidRunFilter(f"No agent {text['agent'][:80]!r} in this team.", field="agent")
+        agent_id = agent.pk
+    slug, number = None, None
+    if text["version"]:
+        slug, at, digits = text["version"].partition("@")
+        if at and not digits.isdigit():
+            raise InvalidRunFilter(f"A version is slug or slug@N, not {text['version'][:80]!r}.", field="version")
+        if not Environment.objects.filter(team=team, slug=slug).exists():
+            raise InvalidRunFilter(f"No environment {slug[:80]!r} in this team.", field="version")
+        number = int(digits) if at else None
+    created_from, created_to = _filter_date(text["created_from"], "created_from"), _filter_date(text["created_to"], "created_to")
+    if created_from and created_to and created_to < created_from:
+        raise InvalidRunFilter("created_to is before created_from.", field="created_to")
+    return RunFilters(purpose=None if purpose == ALL_PURPOSES else purpose, agent_id=agent_id, environment_slug=slug,
+                      version_number=number, status=text["status"] or None, created_from=created_from,
+                      created_to=created_to, q=text["q"][:200])
+
+
+def _day_start(day: datetime.date) -> datetime.datetime:
+    return timezone.make_aware(datetime.datetime.combine(day, datetime.time.min))
+
+
+def _runs_narrowed(runs, *, team, filters: RunFilters, purpose: bool = True):
+    """`runs` narrowed by the filters (by purpose too unless `purpose=False`). Each filter reads an index of
+    runs (runs.models.Run.Meta); search matches a run number, or an agent or environment by name."""
+    if purpose and filters.purpose:
+        runs = runs.filter(purpose=filters.purpose)
+    if filters.agent_id is not None:
+        runs = runs.filter(agent_id=filters.agent_id)
+    if filters.environment_slug:
+        runs = runs.filter(environment_version__environment__slug=filters.environment_slug)
+        if filters.version_number is not None:
+            runs = runs.filter(environment_version__number=filters.version_number)
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.created_from:
+        runs = runs.filter(created_at__gte=_day_start(filters.created_from))
+    if filters.created_to:
+        runs = runs.filter(created_at__lt=_day_start(filters.created_to + datetime.timedelta(days=1)))
+    if filters.q:
+        words = Q(agent_id__in=Agent.objects.filter(team=team, name__icontains=filters.q).values("pk")) | Q(
+            environment_version__environment_id__in=Environment.objects.filter(team=team).filter(
+                Q(slug__icontains=filters.q) | Q(name__icontains=filters.q)).values("pk"))
+        if filters.q.lstrip("#").isdigit() and len(filters.q) < 19:
+            words |= Q(pk=int(filters.q.lstrip("#")))
+        runs = runs.filter(words)
+    return runs
+
+
+def runs_filtered(*, team, filters: RunFilters | None = None):
+    """The team's runs the filters keep (evaluations when none are given), newest first."""
+    return _runs_narrowed(runs_of_team(team=team), team=team, filters=filters or RunFilters()).order_by("-created_at", "-id")
+
+
+def run_purpose_counts(*, team, filters: RunFilters | None = None) -> dict[str, int]:
+    """How many of the team's runs each purpose has (every purpose named, "all" their sum), narrowed by the
+    filters other than purpose."""
+    runs = _runs_narrowed(Run.objects.filter(team=team), team=team, filters=filters or RunFilters(), purpose=False)
+    counts = dict.fromkeys(RunPurpose.values, 0)
+    counts.update(dict(runs.order_by().values_list("purpose").annotate(n=Count("id")).values_list("purpose", "n")))
+    counts[ALL_PURPOSES] = sum(counts.values())
+    return counts
+
+
+def runs_with_counts(*, team, filters: RunFilters | None = None):
+    """The team's runs the filters keep (evaluations by default), newest first, each with the run figures'
+    counts (runs.figures), for lists."""
+    return figures.with_run_counts(runs_filtered(team=team, filters=filters).select_related("created_by"))
 
 
 def runs_of_team(*, team):
@@ -62,8 +181,11 @@ def run_created_at(*, team, run_id: int):
     return Run.objects.filter(team=team, pk=run_id).values_list("created_at", flat=True).first()
 
 
-def recent_runs(*, team, most: int = 50) -> list[Run]:
-    return list(Run.objects.filter(team=team).order_by("-id")[:most])
+def recent_runs(*, team, most: int = 50, purpose: str | None = RunPurpose.EVALUATION) -> list[Run]:
+    runs = Run.objects.filter(team=team)
+    if purpose:
+        runs = runs.filter(purpose=purpose)
+    return list(runs.order_by("-id")[:most])
 
 
 def run_team_for_reader(*, run_id: int, user, api_token) -> Run | None:

@@ -23,6 +23,7 @@ from .models import (
     Rollout,
     RolloutStatus,
     Run,
+    RunPurpose,
     RunStatus,
 )
 
@@ -169,10 +170,11 @@ def _checked_limits(limits) -> dict:
 
 def run_create(
     *, team, actor, version, agent, task_ids="all", difficulties=None, seeds=(0,), repeats: int = 1,
-    limits: dict | None = None, reviews_required: int = 1, enqueue: bool = True,
+    limits: dict | None = None, reviews_required: int = 1, enqueue: bool = True, purpose: str = RunPurpose.EVALUATION,
 ) -> Run:
     """One rollout per (task, seed, repeat), each enqueued once the transaction commits
-    (`enqueue=False`: the caller executes them itself, as `run_rollouts --inline` does)."""
+    (`enqueue=False`: the caller executes them itself, as `run_rollouts --inline` does). `purpose`: why
+    the run exists (RunPurpose; an audit's runs say so, and stay out of lists and the review queue)."""
     if version.environment.team_id != team.pk:
         raise InvalidRun("That environment version belongs to another team.", field="version")
     if agent.team_id != team.pk:
@@ -199,6 +201,7 @@ def run_create(
         run = Run.objects.create(
             team=team, environment_version=version, agent=agent, task_ids=[str(task["id"]) for task in tasks],
             seeds=seeds, repeats=repeats, limits=limits, reviews_required=reviews_required, created_by=actor,
+            purpose=purpose,
         )
         rollouts = Rollout.objects.bulk_create(
             [

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
-from environments.selectors import versions_for_team, version_tasks_head
+from environments.selectors import environments_for_team, versions_for_team, version_tasks_head
 from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
@@ -19,7 +19,7 @@ from studio.middleware import checks_its_own_form_fields
 from . import artifacts, events, figures, selectors, services
 from .episodes import interactive
 from .forms import AgentForm, RunForm
-from .models import Agent, AgentKind, RolloutStatus, RunStatus
+from .models import Agent, AgentKind, RolloutStatus, RunPurpose, RunStatus
 
 STEPS_PER_PAGE = 50
 
@@ -39,10 +39,28 @@ def random_agent(*, team, actor) -> Agent:
 
 @team_view("read")
 def run_list(request):
-    runs = Paginator(selectors.runs_with_counts(team=request.team), 50).get_page(request.GET.get("page"))
-    live = any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs)
+    """The team's runs, evaluations by default; filters by purpose, agent, version, status, date, and a search.
+    A bad filter is shown beside the form (400), with no runs."""
+    chosen = {key: request.GET.get(key, "").strip() for key in selectors.RUN_FILTER_KEYS}
+    context = {"chosen": chosen, "purposes": RunPurpose.choices, "statuses": RunStatus.choices,
+               "agents": selectors.agents_for_team(team=request.team),
+               "environments": environments_for_team(team=request.team)}
+    try:
+        filters = selectors.run_filters_parse(team=request.team, params=request.GET)
+    except selectors.InvalidRunFilter as exc:
+        context.update(error=exc.message, error_field=exc.field, runs=[], counts=None, live=False)
+        template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
+        return render(request, template, context, status=400)
+    counts = selectors.run_purpose_counts(team=request.team, filters=filters)
+    runs = CountedPaginator(selectors.runs_with_counts(team=request.team, filters=filters), 50,
+                            count=counts[filters.purpose or selectors.ALL_PURPOSES]).get_page(request.GET.get("page"))
+    context.update(
+        runs=runs, counts=counts, purpose_counts=[(value, name, counts[value]) for value, name in RunPurpose.choices],
+        live=any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        filter_query=urlencode({key: value for key, value in chosen.items() if value}),
+    )
     template = "runs/list.html#run-rows" if request.htmx else "runs/list.html"
-    return render(request, template, {"runs": runs, "live": live})
+    return render(request, template, context)
 
 
 @team_view("run")
@@ -232,7 +250,7 @@ def agent_new(request):
 @team_view("read")
 def agent_detail(request, agent_id):
     agent = selectors.agent_get(team=request.team, agent_id=agent_id)
-    runs = selectors.runs_with_counts(team=request.team).filter(agent=agent)[:20]
+    runs = selectors.runs_with_counts(team=request.team, filters=selectors.RunFilters(purpose=None, agent_id=agent.pk))[:20]
     key_set = selectors.agent_has_api_key(agent=agent)
     return render(request, "runs/agent.html", {"agent": agent, "runs": runs, "api_key_set": key_set})
 

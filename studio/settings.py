@@ -360,6 +360,8 @@ EPISODE_HOST_MEMORY_MB = envint("EPISODE_HOST_MEMORY_MB", 0)
 EPISODES_TEAM_MEMORY_MB = envint("EPISODES_TEAM_MEMORY_MB", 0)
 EPISODE_STEP_WAIT_S = envint("EPISODE_STEP_WAIT_S", 300)
 SESSION_IDLE_TIMEOUT_S = envfloat("SESSION_IDLE_TIMEOUT_S", 300)
+# Remote episodes through one credential and version join one session run until none has been open for this long.
+SESSION_RUN_IDLE_S = envfloat("SESSION_RUN_IDLE_S", 1800)
 PLAY_IDLE_TIMEOUT_S = envfloat("PLAY_IDLE_TIMEOUT_S", 900)
 
 LOGGING = {

@@ -17,7 +17,7 @@ from studio.models import Team
 
 from .. import events
 from .. import services as run_services
-from ..models import INFRA_ERROR, Rollout, RolloutStatus, Run, RunStatus
+from ..models import INFRA_ERROR, Rollout, RolloutStatus, Run, RunPurpose, RunStatus
 from . import memory, routing
 from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
@@ -75,9 +75,58 @@ def start_timeout_s(limits: dict) -> float:
     return float(limits.get("step_timeout_s") or 10) + float(limits.get("load_timeout_s") or 30) + 30
 
 
-def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, agent_name: str, agent_kind: str) -> dict:
+# A session run lists at most this many of its episodes' seeds (a training loop draws a fresh one per reset).
+SESSION_RUN_SEEDS_LISTED = 100
+RUN_NAME_MAX = 200
+
+
+def session_run_idle_s() -> float:
+    return float(settings.SESSION_RUN_IDLE_S)
+
+
+def session_run_for(*, team, actor, version, agent, credential: str, run_name: str, task_id: str, seed: int, now) -> Run:
+    """The session run a remote episode joins: the newest session run of this credential, version and agent
+    (and run name, when the client gives one), unless it was cancelled or, unnamed, has been idle (no episode
+    open) for more than SESSION_RUN_IDLE_S; else a new one. Joining makes it running again until its last
+    episode ends (runs.episodes.status.run_finish_if_done sets finished_at then). Called under the team's
+    row lock (episode_open), so two episodes opening at once join the same run."""
+    key = f"{credential}/{run_name}" if run_name else credential
+    run = (Run.objects.select_for_update().filter(team=team, purpose=RunPurpose.SESSION, environment_version=version,
+                                                  agent=agent, session_key=key).order_by("-created_at", "-id").first())
+    if run is not None and run.status != RunStatus.CANCELLED and (
+        run_name or run.status in (RunStatus.QUEUED, RunStatus.RUNNING)
+        or (run.finished_at is not None and (now - run.finished_at).total_seconds() <= session_run_idle_s())
+    ):
+        if task_id not in run.task_ids:
+            run.task_ids.append(task_id)
+        if seed not in run.seeds and len(run.seeds) < SESSION_RUN_SEEDS_LISTED:
+            run.seeds.append(seed)
+        run.status, run.finished_at = RunStatus.RUNNING, None
+        run.save(update_fields=["task_ids", "seeds", "status", "finished_at"])
+        return run
+    return Run.objects.create(
+        team=team, environment_version=version, agent=agent, task_ids=[task_id], seeds=[seed], limits={},
+        status=RunStatus.RUNNING, created_by=actor, purpose=RunPurpose.SESSION, session_key=key,
+    )
+
+
+def checked_run_name(run_name) -> str:
+    """The run name a client gives its episodes ("" for none); InvalidEpisode names what is wrong."""
+    if run_name is None:
+        return ""
+    if not isinstance(run_name, str) or not run_name.strip() or len(run_name) > RUN_NAME_MAX or "/" in run_name:
+        raise InvalidEpisode(f"run_name must be a non-empty text of at most {RUN_NAME_MAX} characters without '/'.",
+                             field="run_name")
+    return run_name.strip()
+
+
+def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, agent_name: str, agent_kind: str,
+                 purpose: str = RunPurpose.SESSION, credential: str = "", run_name: str | None = None) -> dict:
     """Record a running rollout of the team's `agent_name` agent and have an episode host start it.
+    A play is a run of its own; a remote episode (purpose session) joins the session run of its
+    `credential` (session_run_for), or of `run_name` when the client names one.
     Returns {episode_id, rollout_id, run_id, observation, tools, action_space, artifact_url, ...}."""
+    run_name = checked_run_name(run_name)
     if version.environment.team_id != team.pk:
         raise InvalidEpisode("That environment version belongs to another team.", field="version")
     task = task_of(version, task_id)
@@ -108,10 +157,15 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
             error = TooManyEpisodes(refusal)
             error.retry_after_s = idle_s
             raise error
-        run = Run.objects.create(
-            team=team, environment_version=version, agent=agent, task_ids=[str(task["id"])], seeds=[seed],
-            limits={}, status=RunStatus.RUNNING, created_by=actor,
-        )
+        if purpose == RunPurpose.SESSION:
+            run = session_run_for(team=team, actor=actor, version=version, agent=agent, credential=credential,
+                                  run_name=run_name, task_id=str(task["id"]), seed=seed, now=now)
+        else:
+            run = Run.objects.create(
+                team=team, environment_version=version, agent=agent, task_ids=[str(task["id"])], seeds=[seed],
+                limits={}, status=RunStatus.RUNNING, created_by=actor, purpose=purpose,
+            )
+        transaction.on_commit(lambda: events.publish_run(run))
         rollout = Rollout.objects.create(
             team=team, run=run, task_id=str(task["id"]), seed=seed, status=RolloutStatus.RUNNING, attempts=1,
             worker=f"episode-host:pending-{episode_id[:8]}", started_at=now, heartbeat_at=now,

@@ -81,7 +81,7 @@ def action_form_of(*, version, spaces_now: dict | None = None) -> wire.ActionFor
 def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "openenv") -> ProtocolEpisode:
     opened = interactive.episode_open(
         team=access.team, actor=access.user, version=access.version, task_id=task_id, seed=seed, driver="session",
-        agent_name=agent_name, agent_kind=AgentKind.REMOTE,
+        agent_name=agent_name, agent_kind=AgentKind.REMOTE, credential=access.tags[0] if access.tags else "",
     )
     spaces.spaces_remember(version=access.version, opened=opened)
     spaces_now = spaces.version_spaces(version=access.version, task_id=task_id)

@@ -110,13 +110,14 @@ def card_lines(report: dict) -> list[dict]:
     else:
         add("determinism", "determinism", AMBER, "No determinism pair finished.")
     transfer = report["transfer"]
+    by = f" (agent {transfer['agent']})" if transfer.get("agent") else ""
     if transfer["non_monotone"]:
         bad = transfer["non_monotone"][0]
         add("difficulty", "difficulty", AMBER,
             f"Difficulty {bad['harder']} passes more often ({bad['harder_pass_rate']:.0%}) than"
-            f" difficulty {bad['easier']} ({bad['easier_pass_rate']:.0%}).")
+            f" difficulty {bad['easier']} ({bad['easier_pass_rate']:.0%}){by}.")
     elif report["difficulty"]:
-        add("difficulty", "difficulty", GREEN, "Harder levels pass no more often than easier ones.")
+        add("difficulty", "difficulty", GREEN, f"Harder levels pass no more often than easier ones{by}.")
     regression = report.get("regression")
     if regression and regression.get("cases"):
         if regression["flipped"]:

@@ -16,10 +16,12 @@ Definitions:
 """
 from math import comb
 
+from django.db.models import Q
+
 import numpy as np
 
 from ..figures import DONE_STATUSES
-from ..models import AgentKind, Rollout, RolloutStatus
+from ..models import AgentKind, Rollout, RolloutStatus, RunPurpose
 from ..selectors import compare_trajectories
 from .card import card_lines, check_summary, report_status
 from .catalogue import GREEN
@@ -216,10 +218,28 @@ def pass_hat_k(n: int, c: int, k: int) -> float | None:
     return None if k > n else round(comb(c, k) / comb(n, k), 4)
 
 
-def difficulty_figures(*, tasks: list[dict], rows: list[dict]) -> dict:
-    """Pass rate by difficulty (non-monotone levels flagged), never and always solved tasks, pass@k
-    and pass^k per task and agent, metrics per split with each agent's train-test gap, and a
-    suggested re-levelling by observed pass rate. `rows` carry an `agent` name."""
+def difficulty_agent(*, rows: list[dict], oracle: str | None = None) -> str | None:
+    """The one agent whose pass rates say how hard tasks are: the oracle when it has done rollouts, else the
+    evaluation agent that passes most often (ties by name); None when neither has any. Pooling agents would
+    mix probes, random play and solvers into one meaningless rate."""
+    agents = {row["agent"] for row in rows if row["status"] in DONE_STATUSES}
+    if oracle is not None and oracle in agents:
+        return oracle
+    rates: dict = {}
+    for row in rows:
+        if row["status"] in DONE_STATUSES and row.get("purpose", RunPurpose.EVALUATION) == RunPurpose.EVALUATION:
+            counts = rates.setdefault(row["agent"], [0, 0])
+            counts[0] += 1
+            counts[1] += passed(row["status"])
+    best = sorted(rates.items(), key=lambda item: (-item[1][1] / item[1][0], item[0]))
+    return best[0][0] if best else None
+
+
+def difficulty_figures(*, tasks: list[dict], rows: list[dict], agent: str | None = None) -> dict:
+    """Pass rate by difficulty (non-monotone levels flagged), never and always solved tasks and a suggested
+    re-levelling by observed pass rate, all of `agent`'s rollouts alone when given (difficulty_agent);
+    pass@k and pass^k per task and agent, and metrics per split with each agent's train-test gap, over every
+    row. `rows` carry an `agent` name."""
     meta = {str(task.get("id")): task for task in tasks}
     done = [row for row in rows if row["status"] in DONE_STATUSES and row["task_id"] in meta]
     levels: dict = {}
@@ -229,12 +249,13 @@ def difficulty_figures(*, tasks: list[dict], rows: list[dict]) -> dict:
     for row in done:
         task = meta[row["task_id"]]
         ok = passed(row["status"])
-        level = levels.setdefault(task.get("difficulty"), [0, 0])
-        level[0] += 1
-        level[1] += ok
-        counts = per_task.setdefault(row["task_id"], [0, 0])
-        counts[0] += 1
-        counts[1] += ok
+        if agent is None or row["agent"] == agent:
+            level = levels.setdefault(task.get("difficulty"), [0, 0])
+            level[0] += 1
+            level[1] += ok
+            counts = per_task.setdefault(row["task_id"], [0, 0])
+            counts[0] += 1
+            counts[1] += ok
         counts = per_agent_task.setdefault((row["agent"], row["task_id"]), [0, 0])
         counts[0] += 1
         counts[1] += ok
@@ -271,6 +292,7 @@ def difficulty_figures(*, tasks: list[dict], rows: list[dict]) -> dict:
         gap = round(rates["train"] - rates["test"], 4) if "train" in rates and "test" in rates else None
         split_rows.append({"agent": agent, "pass_rate": rates, "train_test_gap": gap})
     return {
+        "agent": agent,
         "levels": by_level,
         "non_monotone": non_monotone,
         "never_solved": never,
@@ -310,6 +332,7 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
     task_ids = [str(task.get("id")) for task in version.tasks]
     roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
     probes, oracle, oracle_rows, determinism = [], None, [], None
+    oracle_agent = next((entry.run.agent.name for entry in roles if entry.role == AuditRole.ORACLE), None)
     pair_runs = [entry.run_id for entry in roles if entry.role == AuditRole.DETERMINISM]
     for entry in roles:
         rows = _rows([entry.run_id])
@@ -321,7 +344,8 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
             oracle_rows = rows
             oracle = oracle_figures(rows, task_ids, stochastic=stochastic_tasks(manifest))
     determinism = determinism_figures(_rows(pair_runs)) if pair_runs else {"pairs": 0, "identical": 0, "divergent": []}
-    difficulty = difficulty_figures(tasks=version.tasks, rows=version_rows(version=version))
+    rows = version_rows(version=version)
+    difficulty = difficulty_figures(tasks=version.tasks, rows=rows, agent=difficulty_agent(rows=rows, oracle=oracle_agent))
     report = {
         "audit": audit.pk,
         "version": version.label,
@@ -343,16 +367,17 @@ def audit_report(*, audit, regression: dict | None = None) -> dict:
 
 
 def version_rows(*, version) -> list[dict]:
-    """Done rollouts of the version for difficulty: every run except hack probes (which must fail)."""
+    """Done rollouts of the version for difficulty: its evaluations and its audits' oracle runs; never hack
+    probes (which must fail), determinism pairs (random play), sessions or plays."""
     from .models import AuditRun
 
-    probe_runs = AuditRun.objects.filter(role=AuditRole.PROBE, run__environment_version=version).values("run_id")
+    oracle_runs = AuditRun.objects.filter(role=AuditRole.ORACLE, run__environment_version=version).values("run_id")
     rows = (
         Rollout.objects.filter(run__environment_version=version, status__in=DONE_STATUSES)
-        .exclude(run_id__in=probe_runs)
-        .values("id", "task_id", "status", "run__agent__name")
+        .filter(Q(run__purpose=RunPurpose.EVALUATION) | Q(run_id__in=oracle_runs))
+        .values("id", "task_id", "status", "run__agent__name", "run__purpose")
     )
-    return [{**row, "agent": row["run__agent__name"]} for row in rows]
+    return [{**row, "agent": row["run__agent__name"], "purpose": row["run__purpose"]} for row in rows]
 
 
 def compared_with_parent(report: dict, parent_report: dict | None) -> list[str]:

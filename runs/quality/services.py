@@ -17,7 +17,7 @@ from studio.storage_quota import storage_quota_check
 from studio.errors import Conflict, DomainError
 
 from .. import services as run_services
-from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunStatus
+from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunPurpose, RunStatus
 from . import report as figures
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
 from .selectors import replayable_rollouts
@@ -165,7 +165,8 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor,
                                          interface={"tools": interface.get("tools") or []})
             for role, name, agent, repeats in plan:
-                run = run_services.run_create(team=team, actor=actor, version=version, agent=agent, seeds=seeds, repeats=repeats)
+                run = run_services.run_create(team=team, actor=actor, version=version, agent=agent, seeds=seeds, repeats=repeats,
+                                               purpose=RunPurpose.AUDIT)
                 AuditRun.objects.create(audit=audit, run=run, role=role, name=name)
     except IntegrityError:
         running = Audit.objects.filter(environment_version=version, status=AuditStatus.RUNNING).first()

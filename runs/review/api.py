@@ -29,12 +29,14 @@ class QueueQuery(Schema):
     max_reward: float | None = None
     outcome: Literal["pass", "fail"] | None = None
     disagreement: bool = False  # rollouts where a newer verifier disagrees with the human decision, decided or not
+    # Rollouts of runs of this purpose: evaluations unless asked (ignored when `run` names one).
+    purpose: Literal["evaluation", "audit", "reverify", "session", "play", "all"] = "evaluation"
 
     def filters(self) -> selectors.QueueFilters:
         return selectors.QueueFilters(
             environment=self.environment, version=self.version, run_id=self.run, agent_id=self.agent,
             min_reward=self.min_reward, max_reward=self.max_reward, verifier_outcome=self.outcome,
-            disagreement=self.disagreement,
+            disagreement=self.disagreement, purpose=None if self.purpose == "all" else self.purpose,
         )
 
 

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce, Greatest
 from environments.selectors import without_version_content
 from studio.models import ROLE_PERMISSIONS, Membership
 
-from ..models import AgreementCounts, Annotation, LabelSource, ReviewCursor, ReviewState, RewardLabel, Rollout
+from ..models import AgreementCounts, Annotation, LabelSource, ReviewCursor, ReviewState, RewardLabel, Rollout, RunPurpose
 
 # A version's verifier is flagged when humans often change its verdicts.
 FLAG_MIN_DECISIONS = 5
@@ -31,6 +31,10 @@ class QueueFilters:
     # Rollouts where a verifier label newer than the human decision judges otherwise (runs.labels), whether
     # or not their reviews are complete: the queue then offers them to every reviewer, to decide again.
     disagreement: bool = False
+    # Rollouts of runs of this purpose (runs.models.RunPurpose); None for every purpose. Evaluations unless
+    # asked otherwise, so sessions and audits wait a filter away; a named run is shown whatever its purpose.
+    # (An audit's probe and determinism rollouts never wait at all: runs/sql/review_state.sql.)
+    purpose: str | None = RunPurpose.EVALUATION
 
 
 def _rollout_labels():
@@ -49,6 +53,8 @@ def _filtered(queryset, filters: QueueFilters, *, rollout: str):
     "rollout__" for review states); both have the verifier's proposal as `proposed_reward`."""
     if filters.run_id is not None:
         queryset = queryset.filter(**{f"{rollout}run_id": filters.run_id})
+    elif filters.purpose:
+        queryset = queryset.filter(**{f"{rollout}run__purpose": filters.purpose})
     if filters.agent_id is not None:
         queryset = queryset.filter(**{f"{rollout}run__agent_id": filters.agent_id})
     if filters.environment:

@@ -13,13 +13,14 @@ from studio.errors import DomainError
 
 from .. import labels as layers
 from .. import selectors as run_selectors
+from ..models import RunPurpose
 from . import selectors, services
 from .export import ExportFilter, InvalidExport, export_count
 from .export_chat import ARGUMENT_MODES
 from .export_http import export_response
 
 QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
-FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome", "disagreement")
+FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome", "disagreement", "purpose")
 
 
 def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
@@ -37,10 +38,15 @@ def _filters(params) -> tuple[selectors.QueueFilters, dict, list[str]]:
             return None
 
     outcome = raw["outcome"] if raw["outcome"] in ("pass", "fail") else None
+    purpose = raw["purpose"] or RunPurpose.EVALUATION
+    if purpose != "all" and purpose not in RunPurpose.values:
+        errors.append(f"purpose must be one of {', '.join(RunPurpose.values)} or all, got {raw['purpose']!r}")
+        purpose = RunPurpose.EVALUATION
     filters = selectors.QueueFilters(
         environment=raw["environment"] or None, version=number("version", int), run_id=number("run", int),
         agent_id=number("agent", int), min_reward=number("min_reward", float), max_reward=number("max_reward", float),
         verifier_outcome=outcome, disagreement=raw["disagreement"] in ("1", "true", "on"),
+        purpose=None if purpose == "all" else purpose,
     )
     return filters, {k: v for k, v in raw.items() if v}, errors
 
@@ -73,7 +79,8 @@ def queue(request):
         "items": items, "total": total, "active": active, "errors": errors, "qs": _qs(active),
         "environments": environments_for_team(team=request.team),
         "agents": run_selectors.agents_for_team(team=request.team),
-        "runs": run_selectors.recent_runs(team=request.team, most=50),
+        "runs": run_selectors.recent_runs(team=request.team, most=50, purpose=filters.purpose),
+        "purposes": RunPurpose.choices,
         "can_review": request.membership.can_review,
     })
 

@@ -8,6 +8,7 @@ from ninja.security import HttpBearer
 
 from environments.selectors import version_by_label
 from studio.auth import TokenAuth, require
+from studio.revocation import token_tag
 
 from . import services
 from ..episodes.interactive import open_episodes_of
@@ -73,7 +74,8 @@ def start_session(request, payload: SessionIn):
     require(request, "run")
     version = version_by_label(team=request.team, label=payload.version)
     opened = services.session_start(
-        team=request.team, actor=request.user, version=version, task_id=payload.task_id, seed=payload.seed
+        team=request.team, actor=request.user, version=version, task_id=payload.task_id, seed=payload.seed,
+        credential=token_tag(request.auth.pk), run_name=payload.run_name,
     )
     return Status(201, opened)
 

@@ -8,6 +8,8 @@ class SessionIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
     task_id: str = Field(..., min_length=1, max_length=200)
     seed: int = Field(0, ge=0, lt=2**63)
+    run_name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^/]+$",
+                                 description="Group this episode into the session run of this name (a new run for a new name)")
 
 
 class SessionOut(Schema):

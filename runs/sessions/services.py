@@ -7,13 +7,14 @@ from ..protocols.spaces import spaces_remember
 REMOTE_AGENT_NAME = "remote"
 
 
-def session_start(*, team, actor, version, task_id: str, seed: int) -> dict:
+def session_start(*, team, actor, version, task_id: str, seed: int, credential: str, run_name: str | None = None) -> dict:
     """Start (version, task, seed) on an episode host; returns {session_id, rollout_id, run_id,
     observation, reset_info, tools, action_space, observation_space}. What the episode reported of
-    its spaces becomes the version's published spaces (GET .../spaces), as protocol episodes do."""
+    its spaces becomes the version's published spaces (GET .../spaces), as protocol episodes do.
+    The episode joins the session run of `credential` (or of `run_name`), runs.episodes.interactive.session_run_for."""
     opened = interactive.episode_open(
         team=team, actor=actor, version=version, task_id=task_id, seed=seed, driver="session",
-        agent_name=REMOTE_AGENT_NAME, agent_kind=AgentKind.REMOTE,
+        agent_name=REMOTE_AGENT_NAME, agent_kind=AgentKind.REMOTE, credential=credential, run_name=run_name,
     )
     spaces_remember(version=version, opened=opened)
     return {"session_id": opened["episode_id"], **opened}

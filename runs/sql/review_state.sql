@@ -1,7 +1,8 @@
 -- ReviewState: per rollout with rollout-level labels, the proposal (the newest label of the run's own
 -- verifier, runs_proposal_of in label_layers.sql), who decided, whether it still waits for reviews (a proposal
 -- and fewer deciders than its run's reviews_required) and whether a newer verifier disagrees with the
--- human decision (runs_disagreement_of).
+-- human decision (runs_disagreement_of). An audit's probe and determinism rollouts never wait for reviews (their
+-- rewards measure the verifier, not the environment's agents): their state is never open.
 -- A rollout that opens joins the holes of the review cursors past it, under the shared advisory lock
 -- 32418 (0x7EA2, runs.review.selectors.CURSOR_LOCK), so no cursor moves past an opening it could not see.
 -- Python reference: runs.review.services.label_decide (deciders, K), runs.review.selectors (queue), runs.labels.
@@ -11,7 +12,9 @@ CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
     INSERT INTO runs_reviewstate AS s (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open,
         disagreement)
     SELECT r.id, r.team_id, p.value, p.id IS NOT NULL, d.n, d.ids,
-        p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1), runs_disagreement_of(r.id)
+        p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1)
+            AND NOT EXISTS (SELECT 1 FROM runs_auditrun a WHERE a.run_id = u.id AND a.role IN ('probe', 'determinism')),
+        runs_disagreement_of(r.id)
     FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id
     LEFT JOIN LATERAL runs_proposal_of(r.id) p ON true
     CROSS JOIN LATERAL (

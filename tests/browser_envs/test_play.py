@@ -42,6 +42,7 @@ def test_author_plays_the_form_from_the_page_and_gets_a_verified_human_rollout(t
     steps = Step.objects.filter(rollout_id=rollout_id).order_by("index")
     rollout = steps[0].rollout
     assert (rollout.status, rollout.verifier_reward, rollout.run.agent.kind) == ("succeeded", 1.0, AgentKind.HUMAN)
+    assert rollout.run.purpose == "play"  # a run of its own, out of the runs list and review queue by default
     assert [s.action["action"] for s in steps] == ["fill", "fill", "click", "done"]
     assert all(s.artifact for s in steps)
     # The play is gone: acting again is a 404, and an outsider never sees it.

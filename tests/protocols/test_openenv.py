@@ -59,6 +59,12 @@ def test_openenv_client_drives_recorded_episodes_through_the_base_url_with_its_k
     assert second_rollout.task_id == inventory.tasks[1 % len(inventory.tasks)]["id"]
     wait_for(lambda: Rollout.objects.get(pk=second).status == RolloutStatus.FAILED, 10, "the second episode to be closed")
     assert Rollout.objects.get(pk=second).verifier_reason == "no answer submitted"
+    # Both episodes, through one key and version, are one session run, finished once the last one ended.
+    run = Rollout.objects.get(pk=second).run
+    assert run.pk == first_rollout.run_id and run.purpose == "session" and run.session_key.startswith("openenv-key:")
+    run = wait_for(lambda: type(run).objects.filter(pk=run.pk, status="finished", finished_at__isnull=False).first(), 10,
+                   "the session run to finish with its last episode")
+    assert run.rollouts.count() == 2
 
 
 def test_same_seed_same_task_and_bearer_token_works_too(studio, token_of, inventory, owner):

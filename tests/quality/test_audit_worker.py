@@ -7,7 +7,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from runs.models import Rollout, Step
+from runs.models import Rollout, RunPurpose, Step
+from runs.review.selectors import QueueFilters, review_queue_page
 from runs.quality import services
 from runs.quality.models import AuditStatus
 from tests.quality.audits import two_tasks
@@ -47,6 +48,13 @@ def test_claim_trusting_verifier_is_flagged_by_the_claim_probe_with_its_rollout(
     assert line(report, "determinism")["level"] == "green"
     assert line(report, "oracle")["level"] == "green"
     assert any("claim" in sentence for sentence in report["flags"])
+    # Its runs are audits: not in the runs list, and its probe and determinism rollouts never wait for review.
+    assert set(audit.audit_runs.values_list("run__purpose", flat=True)) == {RunPurpose.AUDIT}
+    oracle = audit.audit_runs.get(role="oracle").run
+    for purpose in (RunPurpose.EVALUATION, RunPurpose.AUDIT, None):
+        waiting = review_queue_page(team=version.environment.team, reviewer=owner, filters=QueueFilters(purpose=purpose))
+        assert {r.run_id for r in waiting} <= ({oracle.pk} if purpose != RunPurpose.EVALUATION else set())
+    assert review_queue_page(team=version.environment.team, reviewer=owner, filters=QueueFilters(purpose=RunPurpose.AUDIT))
 
 
 def test_clock_reading_environment_is_flagged_by_determinism_with_its_first_divergent_step(make_version, owner, celery_worker):

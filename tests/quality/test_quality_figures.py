@@ -29,6 +29,28 @@ def test_a_harder_level_that_passes_more_often_is_flagged_and_relevelled():
     assert next(line for line in lines if line["check"] == "difficulty")["level"] == "amber"
 
 
+def test_difficulty_is_one_agents_pass_rates_never_probes_or_random_play_pooled_with_solvers():
+    tasks = [{"id": "easy", "difficulty": 1}, {"id": "hard", "difficulty": 2}]
+    # The solver finds easy easier; random play fails easy and is lucky on hard, which pooled would invert the levels.
+    solver = rows("solver", "easy", [1, 1, 1, 1]) + rows("solver", "hard", [1, 0, 0, 0])
+    noise = rows("random", "easy", [0] * 12) + rows("random", "hard", [1] * 6 + [0] * 6)
+    pooled = report.difficulty_figures(tasks=tasks, rows=solver + noise)
+    assert pooled["non_monotone"]  # what pooling every agent said
+    agent = report.difficulty_agent(rows=solver + noise)
+    assert agent == "solver"  # the evaluation agent that passes most often
+    figures = report.difficulty_figures(tasks=tasks, rows=solver + noise, agent=agent)
+    assert figures["agent"] == "solver" and figures["non_monotone"] == [] and figures["relevel"] == []
+    assert figures["levels"] == [{"difficulty": 1, "rollouts": 4, "pass_rate": 1.0}, {"difficulty": 2, "rollouts": 4, "pass_rate": 0.25}]
+    assert {row["agent"] for row in figures["pass_at_k"]} == {"solver", "random"}  # still per agent
+    # The oracle, when it played, is the one used; the card names it.
+    oracle = rows("guess-oracle", "easy", [1, 1]) + rows("guess-oracle", "hard", [1, 0])
+    assert report.difficulty_agent(rows=solver + noise + oracle, oracle="guess-oracle") == "guess-oracle"
+    lines = report.card_lines({"probes": [], "oracle": None, "determinism": {"pairs": 0, "divergent": []},
+                               "transfer": figures, "difficulty": figures["levels"]})
+    assert "(agent solver)" in next(line for line in lines if line["check"] == "difficulty")["text"]
+    assert report.difficulty_agent(rows=[]) is None
+
+
 def test_never_and_always_solved_tasks_and_the_train_test_gap():
     tasks = [{"id": "a", "difficulty": 1, "split": "train"}, {"id": "b", "difficulty": 1, "split": "test"},
              {"id": "c", "difficulty": 2, "split": "test"}]

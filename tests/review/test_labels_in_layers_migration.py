@@ -16,6 +16,7 @@ from tests.runs.rollout_factories import package_version
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE, AFTER = "0023_database_rules_from_sql_files", "0024_labels_in_layers"
+LATEST = "0026_run_purpose"  # where the test leaves the database
 REWARDS = (1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0)
 
 
@@ -84,7 +85,7 @@ def test_0024_makes_the_human_labels_current_again_and_reverses_to_the_same_tall
         as_of_0023 = {name: _rows(sql) for name, sql in TALLY_SQL.items()}
 
         _migrate(AFTER)
-        run = Run.objects.get(pk=run_id)
+        run = Run.objects.defer("purpose", "session_key").get(pk=run_id)  # columns of 0026
         current = _rows(f"SELECT l.source, l.decision, l.value FROM runs_rollout r, LATERAL runs_current_label_of(r.id) l"
                         f" WHERE r.run_id = {run_id}")
         assert [row[0] for row in current] == ["human"] * 8
@@ -108,4 +109,4 @@ def test_0024_makes_the_human_labels_current_again_and_reverses_to_the_same_tall
         assert _latest_is_human() == 0 and len(as_of_0023["labels"]) == 24
         assert not _rows("SELECT 1 FROM pg_proc WHERE proname = 'runs_current_label_of'")
     finally:
-        _migrate(AFTER)
+        _migrate(LATEST)

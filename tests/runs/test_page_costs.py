@@ -67,6 +67,8 @@ def costs(team, owner):
             "run page": (page, f"{t}/runs/{run.pk}/"),
             "run page, filtered": (page, f"{t}/runs/{run.pk}/?status=succeeded&task=t1&order=-return"),
             "runs list page": (page, f"{t}/runs/"),
+            "runs list page, filtered": (page, f"{t}/runs/?purpose=all&agent={agent.name}&version=costs@1&status=queued"
+                                               f"&created_from=2020-01-01&q=costs"),
             "compare page": (page, f"{t}/runs/compare/?runs={base_run.pk},{run.pk}"),
             "rollout page": (page, f"{t}/rollouts/{rollout.pk}/"),
             "replay window": (page, f"{t}/rollouts/{rollout.pk}/steps.json?offset={max(0, n - 5)}"),
@@ -78,6 +80,7 @@ def costs(team, owner):
             "run form": (page, f"{t}/runs/new/?version=costs@1"),
             "review queue page": (page, f"{t}/review/"),
             "review queue page, filtered": (page, f"{t}/review/?run={run.pk}&outcome=pass"),
+            "review queue page, by purpose": (page, f"{t}/review/?purpose=session"),
             "review item page": (page, f"{t}/review/{rollout.pk}/"),
             "next review item": (page, f"{t}/review/next/"),
         }
@@ -85,6 +88,7 @@ def costs(team, owner):
             "run API": f"/api/v1/runs/{run.pk}",
             "runs API": "/api/v1/runs",
             "runs API, next page": f"/api/v1/runs?before={run.pk}&limit=5",
+            "runs API, filtered": f"/api/v1/runs?purpose=evaluation&agent={agent.pk}&version=costs&q={run.pk}",
             "run rollouts API": f"/api/v1/runs/{run.pk}/rollouts",
             "rollout API": f"/api/v1/rollouts/{rollout.pk}",
             "steps API last page": f"/api/v1/rollouts/{rollout.pk}/steps?offset={max(0, n - 5)}",
