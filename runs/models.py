@@ -476,3 +476,4 @@ class AgentSecret(models.Model):
 
 # The quality lab's models belong to this app (one migration history); they live with their domain.
 from .quality.models import Audit, AuditRun  # noqa: E402,F401
+from .curriculum.models import TaskStat  # noqa: E402,F401

@@ -68,7 +68,8 @@ class RunOut(Schema):
         " but not cancelled), cancelled, pending (queued or running; 0 once the run is over), counts per status,"
         " succeeded, success_rate (succeeded / done), return and verifier as {mean, count, missing} (mean over the"
         " done rollouts that have that reward, missing = done without it), mean_steps (over done), run_id, status,"
-        " and the same figures by_difficulty and by_task."
+        " the same figures by_difficulty and by_task, and signal: {groups, zero_variance_groups, share_with_signal}"
+        " (a group is the done rollouts of one task; it has signal when some succeeded and some failed)."
     ))
 
 
