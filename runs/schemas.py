@@ -39,7 +39,10 @@ class AgentDetailOut(AgentOut):
 class RunIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
     agent: str | int = Field("random", description="'random', an agent's name, or an agent id")
-    task_ids: Literal["all"] | list[str] = Field("all", description="'all' or a list of task ids")
+    task_ids: Literal["all"] | list[str] | str = Field("all", description=(
+        "'all', a list of task ids, or 'curriculum[:uniform|learnable|ladder]': `count` rollouts whose tasks are"
+        " picked as each is dispatched, from the agent's task statistics (docs/curriculum.md)"))
+    count: int | None = Field(None, ge=1, description="rollouts of a curriculum run")
     difficulties: list[int] | None = None
     seeds: str | list[int] = Field("0", description="'0-9', '1,2,7' or a list of ints")
     repeats: int = Field(1, ge=1, le=100)

@@ -25,6 +25,17 @@ class InvalidSample(DomainError):
     pass
 
 
+def strategy_of(text) -> str | None:
+    """'curriculum' or 'curriculum:STRATEGY' (as --tasks, the API's task_ids and New run's tasks take it):
+    the strategy (learnable by default), or None for any other text."""
+    if not isinstance(text, str) or not (text == "curriculum" or text.startswith("curriculum:")):
+        return None
+    strategy = text.partition(":")[2] or "learnable"
+    if strategy not in STRATEGIES:
+        raise InvalidSample(f"curriculum strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}", field="task_ids")
+    return strategy
+
+
 def training_tasks(tasks: list[dict]) -> list[dict]:
     return [task for task in tasks if task.get("split") != "eval"]
 

@@ -1,7 +1,7 @@
 """The curriculum's reads for the API and pages: statistics and samples, team-scoped by the version."""
 from studio.errors import DomainError
 
-from ..models import Agent
+from ..models import Agent, Rollout
 from . import sampler, stats
 
 
@@ -23,6 +23,20 @@ def stats_for(*, team, version, agent_name: str) -> dict:
     figures = stats.task_figures(version=version, agent_name=agent_name, tasks=version.tasks or [])
     note = None if any(f.rollouts for f in figures) else f"no finished rollouts of {agent_name} on {version.label} yet"
     return {"agent": agent_name, "version": version.label, "note": note, "tasks": [f.as_json() for f in figures]}
+
+
+def task_pick(rollout) -> str:
+    """A curriculum run's rollout gets its task when it is dispatched: one draw by the run's strategy from
+    the agent's statistics as they are now (seeded by the rollout, so a retried attempt draws alike)."""
+    run = rollout.run
+    version = run.environment_version
+    figures = stats.task_figures(version=version, agent_name=run.agent.name,
+                                 tasks=sampler.training_tasks(version.tasks or []))
+    strategy = run.curriculum if any(f.rollouts for f in figures) else "uniform"
+    (task_id,) = sampler.sample(figures, k=1, strategy=strategy, seed=rollout.pk)
+    Rollout.objects.filter(pk=rollout.pk, task_id="").update(task_id=task_id)
+    rollout.task_id = Rollout.objects.values_list("task_id", flat=True).get(pk=rollout.pk)
+    return rollout.task_id
 
 
 def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False) -> dict:

@@ -46,4 +46,5 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunSQL(BACKFILL_SQL, migrations.RunSQL.noop),
+        migrations.AddField(model_name='run', name='curriculum', field=models.CharField(blank=True, max_length=16)),
     ]

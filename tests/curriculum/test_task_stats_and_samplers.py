@@ -9,6 +9,7 @@ from runs import figures
 from runs import services as run_services
 from runs.curriculum.stats import posterior
 from runs.models import RunPurpose
+from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
 from tests.runs.rollout_factories import package_version, play_run, random_agent, scripted_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,3 +125,32 @@ def test_the_posterior_is_confident_only_with_enough_rollouts():
     low, high, mass = posterior(np.array([12.0, 31.0, 0.0]), np.array([0.0, 0.0, 31.0]))
     assert low[0] < 0.9 < low[1]  # 12/12 is not yet confidently easy, 31/31 is
     assert high[2] < 0.1 and mass[2] < 0.05
+
+
+@pytest.mark.integration
+def test_a_curriculum_run_on_a_real_worker_picks_each_task_as_it_is_dispatched(owner_api, measured, celery_worker):
+    """After the random agent's statistics say easy is too easy and never too hard, a learnable curriculum
+    sends its rollouts to the coin, never to the held-out task; statistics grow as they finish."""
+    response = owner_api.post("/runs", json.dumps({"version": "bands@1", "agent": "random", "seeds": "200-219",
+                                                   "task_ids": "curriculum:learnable", "count": 20}))
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+    run = wait_for(lambda: owner_api.get(f"/runs/{run_id}").json()["summary"]["pending"] == 0 and
+                   owner_api.get(f"/runs/{run_id}").json(), timeout=120, what="the curriculum run to finish")
+    assert run["summary"]["done"] == 20
+    picked = {task: figures_["total"] for task, figures_ in run["summary"]["by_task"].items()}
+    assert "held-out" not in picked and "" not in picked
+    assert picked.get("coin", 0) >= 16, picked
+    coin = next(t for t in owner_api.get(f"{URL}/stats", {"agent": "random"}).json()["tasks"] if t["task_id"] == "coin")
+    assert coin["rollouts"] == 32 + picked["coin"]
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"task_ids": "curriculum:greedy", "count": 3}, "task_ids"),
+    ({"task_ids": "curriculum", "count": None}, "count"),
+])
+def test_bad_curriculum_runs_are_refused_by_field(owner_api, team, owner, body, field):
+    package_version(team, owner, "bands", ENV_PY, tasks=TASKS)
+    response = owner_api.post("/runs", json.dumps({"version": "bands@1", "agent": "random", **body}))
+    assert response.status_code == 400, response.content
+    assert response.json()["field"] == field
