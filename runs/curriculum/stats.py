@@ -112,3 +112,12 @@ def task_figures(*, version, agent_name: str, tasks: list[dict]) -> list[TaskFig
 def agents_with_stats(*, version) -> list[str]:
     return list(TaskStat.objects.filter(environment_version=version).values_list("agent_name", flat=True)
                 .distinct().order_by("agent_name"))
+
+
+def agents_by_rollouts(*, version) -> list[str]:
+    """The agents with statistics on the version, most rollouts first (the task map's default is the first)."""
+    from django.db.models import Sum
+
+    rows = (TaskStat.objects.filter(environment_version=version).values("agent_name")
+            .annotate(n=Sum("rollouts")).order_by("-n", "agent_name"))
+    return [row["agent_name"] for row in rows]

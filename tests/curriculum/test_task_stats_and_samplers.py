@@ -9,6 +9,7 @@ from runs import figures
 from runs import services as run_services
 from runs.curriculum.stats import posterior
 from runs.models import RunPurpose
+from tests.conftest import login
 from tests.processes import celery_queue, celery_worker, wait_for  # noqa: F401 - fixtures
 from tests.runs.rollout_factories import package_version, play_run, random_agent, scripted_agent
 
@@ -58,6 +59,11 @@ def test_bands_samplers_and_signal_follow_what_the_random_agent_can_do(owner_api
     assert low < by_task["coin"]["pass_rate"] < high
     assert by_task["held-out"]["band"] == "unknown" and by_task["held-out"]["rollouts"] == 0
     assert by_task["easy"]["mean_steps"] == 1.0 and by_task["easy"]["difficulty"] == 1
+    # The version page's task map says the same, per task.
+    page = login(owner).get("/t/alpha/curriculum/versions/bands/1/tasks/").content.decode()
+    for task_id, band in (("easy", "too_easy"), ("coin", "learnable"), ("never", "too_hard"), ("held-out", "unknown")):
+        assert f'data-task="{task_id}" data-band="{band}"' in page
+    assert "curriculum/versions/bands/1/tasks/" in login(owner).get("/t/alpha/environments/bands/versions/1/").content.decode()
 
 
     def sample(**body):
@@ -116,8 +122,9 @@ def test_bad_sample_requests_are_a_400_naming_the_field(owner_api, team, owner, 
     assert response.json()["field"] == field
 
 
-def test_another_team_cannot_read_the_statistics(outsider_api, team, owner):
+def test_another_team_cannot_read_the_statistics(outsider_api, outsider, team, owner):
     package_version(team, owner, "bands", ENV_PY, tasks=TASKS)
+    assert login(outsider).get("/t/alpha/curriculum/versions/bands/1/tasks/").status_code == 404
     assert outsider_api.get(f"{URL}/stats", {"agent": "random"}).status_code == 404
 
 
