@@ -103,7 +103,7 @@ def create_run(request, payload: RunIn):
     run = services.run_create(
         team=request.team, actor=request.user, version=version, agent=agent, task_ids=payload.task_ids,
         difficulties=payload.difficulties, seeds=seeds, repeats=payload.repeats, limits=payload.limits,
-        reviews_required=payload.reviews_required,
+        reviews_required=payload.reviews_required, count=payload.count,
     )
     return Status(201, _run_out(selectors.run_get(team=request.team, run_id=run.pk)))
 

@@ -148,8 +148,24 @@ def runs_figures(runs: list[Run]) -> dict[int, dict]:
             **overall.figures(),
             "by_difficulty": {key: by_difficulty[key].figures() for key in sorted(by_difficulty, key=_difficulty_order)},
             "by_task": {task_id: by_task[task_id].figures() for task_id in sorted(by_task)},
+            "signal": signal_of(by_task.values()),
         }
     return figures
+
+
+def signal_of(tallies) -> dict:
+    """How much of a run can teach group-based RL (GRPO and its kin): a group is the done rollouts of one
+    task; it carries signal when its outcomes differ (some succeeded, some failed). A group whose
+    rollouts all succeeded, all failed, or that has one rollout has zero variance: no gradient."""
+    groups = zero = 0
+    for tally in tallies:
+        done = sum(tally.counts[status] for status in DONE_STATUSES)
+        if not done:
+            continue
+        groups += 1
+        succeeded = tally.counts[RolloutStatus.SUCCEEDED]
+        zero += succeeded in (0, done)
+    return {"groups": groups, "zero_variance_groups": zero, "share_with_signal": _ratio(groups - zero, groups)}
 
 
 def _difficulty_key(difficulty) -> str:

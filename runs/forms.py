@@ -51,8 +51,10 @@ class RunForm(forms.Form):
     agent = forms.ChoiceField()
     tasks = forms.CharField(
         initial="all", required=False,
-        help_text="all, or task ids separated by commas (t1,t2)."
+        help_text="all, task ids separated by commas (t1,t2), or curriculum:learnable (also :uniform, :ladder) to let"
+                  " the studio pick each rollout's task from the agent's statistics as it is dispatched."
     )
+    count = forms.IntegerField(min_value=1, max_value=10_000, required=False, help_text="Curriculum runs: how many rollouts.")
     difficulties = forms.CharField(required=False, help_text="Optional: only tasks of these difficulties, e.g. 1,2.")
     seeds = forms.CharField(initial="0-4", help_text=SEEDS_HELP)
     repeats = forms.IntegerField(min_value=1, max_value=100, initial=1)
@@ -83,6 +85,8 @@ class RunForm(forms.Form):
         text = (self.cleaned_data.get("tasks") or "all").strip()
         if text in ("", "all"):
             return "all"
+        if text.startswith("curriculum"):
+            return text
         return [t.strip() for t in text.split(",") if t.strip()]
 
 

@@ -84,6 +84,8 @@ class Run(models.Model):
     repeats = models.PositiveIntegerField(default=1)
     limits = models.JSONField(default=dict, blank=True)
     reviews_required = models.PositiveSmallIntegerField(default=1)
+    # A curriculum run's rollouts get their task when dispatched, by this strategy (runs/curriculum/sampler.py).
+    curriculum = models.CharField(max_length=16, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     purpose = models.CharField(max_length=16, choices=RunPurpose.choices, default=RunPurpose.EVALUATION)
     # A session run's group (runs.episodes.interactive.session_run_for): the credential its episodes came
@@ -476,3 +478,4 @@ class AgentSecret(models.Model):
 
 # The quality lab's models belong to this app (one migration history); they live with their domain.
 from .quality.models import Audit, AuditRun  # noqa: E402,F401
+from .curriculum.models import TaskStat  # noqa: E402,F401

@@ -39,7 +39,10 @@ class AgentDetailOut(AgentOut):
 class RunIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
     agent: str | int = Field("random", description="'random', an agent's name, or an agent id")
-    task_ids: Literal["all"] | list[str] = Field("all", description="'all' or a list of task ids")
+    task_ids: Literal["all"] | list[str] | str = Field("all", description=(
+        "'all', a list of task ids, or 'curriculum[:uniform|learnable|ladder]': `count` rollouts whose tasks are"
+        " picked as each is dispatched, from the agent's task statistics (docs/curriculum.md)"))
+    count: int | None = Field(None, ge=1, description="rollouts of a curriculum run")
     difficulties: list[int] | None = None
     seeds: str | list[int] = Field("0", description="'0-9', '1,2,7' or a list of ints")
     repeats: int = Field(1, ge=1, le=100)
@@ -68,7 +71,8 @@ class RunOut(Schema):
         " but not cancelled), cancelled, pending (queued or running; 0 once the run is over), counts per status,"
         " succeeded, success_rate (succeeded / done), return and verifier as {mean, count, missing} (mean over the"
         " done rollouts that have that reward, missing = done without it), mean_steps (over done), run_id, status,"
-        " and the same figures by_difficulty and by_task."
+        " the same figures by_difficulty and by_task, and signal: {groups, zero_variance_groups, share_with_signal}"
+        " (a group is the done rollouts of one task; it has signal when some succeeded and some failed)."
     ))
 
 

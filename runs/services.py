@@ -15,6 +15,7 @@ from studio.storage_quota import storage_quota_check
 
 from . import events
 from .agents import code_hash
+from .curriculum.sampler import strategy_of, training_tasks
 from .episodes.setup import RUN_LIMIT_KEYS
 from .episodes.status import rollouts_send_on_commit, run_ended
 from .models import (
@@ -171,6 +172,7 @@ def _checked_limits(limits) -> dict:
 def run_create(
     *, team, actor, version, agent, task_ids="all", difficulties=None, seeds=(0,), repeats: int = 1,
     limits: dict | None = None, reviews_required: int = 1, enqueue: bool = True, purpose: str = RunPurpose.EVALUATION,
+    count: int | None = None,
 ) -> Run:
     """One rollout per (task, seed, repeat), each enqueued once the transaction commits
     (`enqueue=False`: the caller executes them itself, as `run_rollouts --inline` does). `purpose`: why
@@ -183,13 +185,19 @@ def run_create(
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
     storage_quota_check(team_id=team.pk, what="New run")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
-    tasks = _selected_tasks(version, task_ids, difficulties)
+    # "curriculum[:STRATEGY]": `count` rollouts whose tasks the sampler picks as each is dispatched.
+    curriculum = strategy_of(task_ids) or ""
+    tasks = training_tasks(list(version.tasks)) if curriculum else _selected_tasks(version, task_ids, difficulties)
+    if curriculum and not tasks:
+        raise InvalidRun(f"{version.label} has no training tasks for a curriculum (every task is split = eval).", field="task_ids")
     seeds = _checked_seeds(list(seeds) if isinstance(seeds, (list, tuple, range)) else seeds)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise InvalidRun("Repeats must be a whole number of at least 1.", field="repeats")
     if isinstance(reviews_required, bool) or not isinstance(reviews_required, int) or not 1 <= reviews_required <= 10:
         raise InvalidRun("Reviews required must be from 1 to 10.", field="reviews_required")
-    total = len(tasks) * len(seeds) * repeats
+    if curriculum and (isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ROLLOUTS_PER_RUN):
+        raise InvalidRun(f"A curriculum run needs a count of rollouts from 1 to {MAX_ROLLOUTS_PER_RUN}.", field="count")
+    total = count if curriculum else len(tasks) * len(seeds) * repeats
     if total > MAX_ROLLOUTS_PER_RUN:
         raise InvalidRun(
             f"This run would have {total} rollouts ({len(tasks)} tasks x {len(seeds)} seeds x {repeats} repeats);"
@@ -201,17 +209,16 @@ def run_create(
         run = Run.objects.create(
             team=team, environment_version=version, agent=agent, task_ids=[str(task["id"]) for task in tasks],
             seeds=seeds, repeats=repeats, limits=limits, reviews_required=reviews_required, created_by=actor,
-            purpose=purpose,
+            purpose=purpose, curriculum=curriculum,
         )
-        rollouts = Rollout.objects.bulk_create(
-            [
-                Rollout(team=team, run=run, task_id=str(task["id"]), seed=seed, repeat=repeat)
-                for task in tasks
-                for seed in seeds
-                for repeat in range(repeats)
-            ],
-            batch_size=2000,
+        planned = (
+            # Seeds in turn; the task stays "" until the worker picks it (runs.curriculum.services.task_pick).
+            [Rollout(team=team, run=run, task_id="", seed=seeds[i % len(seeds)], repeat=i // len(seeds)) for i in range(total)]
+            if curriculum else
+            [Rollout(team=team, run=run, task_id=str(task["id"]), seed=seed, repeat=repeat)
+             for task in tasks for seed in seeds for repeat in range(repeats)]
         )
+        rollouts = Rollout.objects.bulk_create(planned, batch_size=2000)
         if enqueue:
             rollouts_send_on_commit([rollout.pk for rollout in rollouts])
     return run

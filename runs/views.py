@@ -88,7 +88,7 @@ def run_new(request):
             run = services.run_create(
                 team=request.team, actor=request.user, version=version, agent=agent, task_ids=data["tasks"],
                 difficulties=data["difficulties"], seeds=data["seeds"], repeats=data["repeats"], limits=limits,
-                reviews_required=data["reviews_required"],
+                reviews_required=data["reviews_required"], count=data.get("count"),
             )
         except DomainError as exc:
             form.add_error(exc.field if exc.field in form.fields else None, exc.message)

@@ -78,3 +78,6 @@ api.add_router("/", protocols_router)
 from runs.quality.api import router as quality_router  # noqa: E402
 
 api.add_router("/", quality_router)
+from runs.curriculum.api import router as curriculum_router  # noqa: E402
+
+api.add_router("/", curriculum_router)

@@ -31,6 +31,7 @@ urlpatterns = [
     path("t/<slug:team>/", include("runs.protocols.urls")),
     path("t/<slug:team>/", include("runs.urls")),
     path("t/<slug:team>/", include("runs.quality.urls")),
+    path("t/<slug:team>/", include("runs.curriculum.urls")),
     # Outside /t/<team>/ so that storage.url(name) needs no lookup; the view checks the rollout's team.
     path("artifacts/rollouts/<int:rollout_id>/<str:filename>", runs_views.artifact_serve, name="artifact"),
 ]

@@ -6,7 +6,6 @@ screenshots, limits, the verifier's own budget and the final state are the same 
 Every function that ends an episode closes its sandbox and writes the rollout's final state (and
 the verifier's first label) itself; a driver only decides when.
 """
-import contextlib
 import dataclasses
 import json
 import logging
@@ -19,6 +18,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
+from ..curriculum.stats import count_finished
 from ..figures import rollout_succeeded
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
 from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeError
@@ -492,8 +492,8 @@ def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
     fenced by the attempt; the in-memory rollout gets what was written."""
     error = outcome.error[:10000]
     # Inside a caller's transaction a savepoint keeps a failed write from spoiling it (the fallback
-    # write must still work); on its own the statement is its own transaction.
-    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), connection.cursor() as cursor:
+    # write must still work); on its own, the write and the task statistics are one transaction.
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_FINISH_SQL, {
             "status": outcome.status, "end_reason": outcome.end_reason, "error": error,
             "total_reward": outcome.total_reward, "step_count": outcome.step_count,
@@ -504,6 +504,8 @@ def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
             "rationale": outcome.proposed_rationale, "has_label": outcome.proposed_value is not None,
         })
         row = cursor.fetchone()
+        if row is not None:
+            count_finished(rollout.pk)  # exactly once: the fenced write above succeeds once per rollout
     if row is None:
         return False
     rollout.status, rollout.end_reason, rollout.error = outcome.status, outcome.end_reason, error

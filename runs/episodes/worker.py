@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from .. import events
 from ..models import INFRA_ERROR, AgentKind, Rollout, RolloutStatus, RunStatus, Step
+from ..curriculum.services import task_pick
 from .engine import run_episode
 from .service import rollout_end
 from .status import (
@@ -186,6 +187,8 @@ def rollout_execute(*, rollout_id: int) -> str:
             return claim.skip
         rollout = _rollout_for_episode(claim.rollout.pk)
     try:
+        if not rollout.task_id and rollout.run.curriculum:
+            task_pick(rollout)
         return run_episode(rollout)
     except LostOwnership as exc:
         logger.warning("%s", exc)

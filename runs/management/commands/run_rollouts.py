@@ -30,7 +30,9 @@ class Command(BaseCommand):
         parser.add_argument("version", help="ENV_SLUG@N (or ENV_SLUG for the latest version)")
         parser.add_argument("--team", required=True, help="team slug")
         parser.add_argument("--agent", required=True, help="'random' or the path of a scripted agent .py file")
-        parser.add_argument("--tasks", default="all", help="'all' or task ids separated by commas")
+        parser.add_argument("--tasks", default="all", help="'all', task ids separated by commas, or curriculum[:STRATEGY]"
+                                                             " (uniform, learnable, ladder: each rollout's task picked when dispatched)")
+        parser.add_argument("--count", type=int, default=None, help="rollouts of a curriculum run")
         parser.add_argument("--seeds", default="0", help="seeds such as 0-9 or 1,2,5")
         parser.add_argument("--repeats", type=int, default=1)
         parser.add_argument("--wait", action="store_true", help="wait for the run to finish and print a JSON summary")
@@ -42,10 +44,12 @@ class Command(BaseCommand):
         team, actor, version = command_version(team_slug=options["team"], username=options["user"], label=options["version"])
         try:
             agent = self._agent(team, actor, options["agent"])
-            tasks = "all" if options["tasks"].strip() == "all" else [t.strip() for t in options["tasks"].split(",") if t.strip()]
+            text = options["tasks"].strip()
+            tasks = text if text == "all" or text.startswith("curriculum") else [t.strip() for t in text.split(",") if t.strip()]
             run = services.run_create(
                 team=team, actor=actor, version=version, agent=agent, task_ids=tasks,
                 seeds=parse_seeds(options["seeds"]), repeats=options["repeats"], enqueue=not options["inline"],
+                count=options["count"],
             )
         except DomainError as exc:
             raise CommandError(exc.message) from None

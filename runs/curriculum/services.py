@@ -1,0 +1,55 @@
+"""The curriculum's reads for the API and pages: statistics and samples, team-scoped by the version."""
+from studio.errors import DomainError
+
+from ..models import Agent, Rollout
+from . import sampler, stats
+
+
+class UnknownAgent(DomainError):
+    field = "agent"
+
+
+def _agent_known(*, team, version, agent_name: str) -> None:
+    if not agent_name:
+        names = stats.agents_with_stats(version=version)
+        raise UnknownAgent("agent is required: the name of one of the team's agents"
+                           + (f" (with statistics here: {', '.join(names[:20])})" if names else ""))
+    if not Agent.objects.filter(team=team, name=agent_name).exists():
+        raise UnknownAgent(f"the team has no agent named {agent_name!r}")
+
+
+def stats_for(*, team, version, agent_name: str) -> dict:
+    _agent_known(team=team, version=version, agent_name=agent_name)
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=version.tasks or [])
+    note = None if any(f.rollouts for f in figures) else f"no finished rollouts of {agent_name} on {version.label} yet"
+    return {"agent": agent_name, "version": version.label, "note": note, "tasks": [f.as_json() for f in figures]}
+
+
+def task_pick(rollout) -> str:
+    """A curriculum run's rollout gets its task when it is dispatched: one draw by the run's strategy from
+    the agent's statistics as they are now (seeded by the rollout, so a retried attempt draws alike)."""
+    run = rollout.run
+    version = run.environment_version
+    figures = stats.task_figures(version=version, agent_name=run.agent.name,
+                                 tasks=sampler.training_tasks(version.tasks or []))
+    strategy = run.curriculum if any(f.rollouts for f in figures) else "uniform"
+    (task_id,) = sampler.sample(figures, k=1, strategy=strategy, seed=rollout.pk)
+    Rollout.objects.filter(pk=rollout.pk, task_id="").update(task_id=task_id)
+    rollout.task_id = Rollout.objects.values_list("task_id", flat=True).get(pk=rollout.pk)
+    return rollout.task_id
+
+
+def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False) -> dict:
+    _agent_known(team=team, version=version, agent_name=agent_name)
+    tasks = sampler.training_tasks(version.tasks or [])
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=tasks)
+    note = None
+    if not any(f.rollouts for f in figures):
+        note = f"no statistics for {agent_name} on {version.label} yet: sampled uniformly"
+        strategy_used = "uniform"
+    else:
+        strategy_used = strategy
+    if strategy not in sampler.STRATEGIES:
+        strategy_used = strategy  # refused by name below
+    ids = sampler.sample(figures, k=k, strategy=strategy_used, seed=seed, cost_aware=cost_aware)
+    return {"agent": agent_name, "strategy": strategy, "tasks": ids, "note": note}

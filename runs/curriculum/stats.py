@@ -1,0 +1,123 @@
+"""Task statistics per agent: kept as rollouts finish, read in O(tasks), with a Beta posterior per task.
+
+A rollout counts when it is done (succeeded or failed: its episode ran to its end) and its run is an
+evaluation or a session (never an audit's probes, a re-verification or a play). A success is what
+runs/figures.py counts as one (the status the episode service set by the version's success rule).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import connection
+
+from ..models import Rollout, RolloutStatus, Run, RunPurpose
+from .models import TaskStat
+
+COUNTED_PURPOSES = (RunPurpose.EVALUATION, RunPurpose.SESSION)
+# Bands: confidently above EASY or below HARD by the posterior's 90 % interval; fewer than MIN_ROLLOUTS is unknown.
+EASY, HARD, MIN_ROLLOUTS, INTERVAL = 0.9, 0.1, 4, 0.9
+_GRID = np.linspace(0.0, 1.0, 2001)
+
+_COUNT_SQL = f"""
+    INSERT INTO {TaskStat._meta.db_table} AS s (team_id, environment_version_id, task_id, agent_name, rollouts,
+        successes, return_sum, steps_sum, seconds_sum, updated_at)
+    SELECT r.team_id, run.environment_version_id, r.task_id, a.name, 1, (r.status = %(succeeded)s)::int,
+        r.total_reward, r.step_count, COALESCE(EXTRACT(EPOCH FROM (r.finished_at - r.started_at)), 0), now()
+    FROM {Rollout._meta.db_table} r JOIN {Run._meta.db_table} run ON run.id = r.run_id
+    JOIN runs_agent a ON a.id = run.agent_id
+    WHERE r.id = %(rollout)s AND r.status IN (%(succeeded)s, %(failed)s) AND run.purpose = ANY(%(purposes)s)
+    ON CONFLICT (environment_version_id, agent_name, task_id) DO UPDATE SET
+        rollouts = s.rollouts + 1, successes = s.successes + EXCLUDED.successes,
+        return_sum = s.return_sum + EXCLUDED.return_sum, steps_sum = s.steps_sum + EXCLUDED.steps_sum,
+        seconds_sum = s.seconds_sum + EXCLUDED.seconds_sum, updated_at = now()
+"""
+
+
+def count_finished(rollout_id: int) -> None:
+    """Add one finished rollout to its task's statistics (in the caller's transaction: the finishing
+    write happens exactly once per rollout, so this does too)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_COUNT_SQL, {"rollout": rollout_id, "succeeded": RolloutStatus.SUCCEEDED,
+                                    "failed": RolloutStatus.FAILED, "purposes": list(COUNTED_PURPOSES)})
+
+
+@dataclass(frozen=True)
+class TaskFigures:
+    task_id: str
+    difficulty: object
+    rollouts: int
+    successes: int
+    pass_rate: float | None
+    interval: tuple[float, float]
+    learnable_mass: float
+    mean_return: float | None
+    mean_steps: float | None
+    mean_seconds: float | None
+    band: str
+
+    def as_json(self) -> dict:
+        return {"task_id": self.task_id, "difficulty": self.difficulty, "rollouts": self.rollouts,
+                "successes": self.successes, "pass_rate": self.pass_rate, "interval": list(self.interval),
+                "mean_return": self.mean_return, "mean_steps": self.mean_steps, "band": self.band}
+
+
+def posterior(successes: np.ndarray, failures: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Beta(1 + s, 1 + f) per task on a grid: the central INTERVAL bounds and the mass in [HARD, EASY]."""
+    a, b = (1.0 + successes)[:, None], (1.0 + failures)[:, None]
+    x = np.clip(_GRID, 1e-12, 1 - 1e-12)[None, :]
+    log_pdf = (a - 1) * np.log(x) + (b - 1) * np.log1p(-x)
+    pdf = np.exp(log_pdf - log_pdf.max(axis=1, keepdims=True))
+    cdf = np.cumsum(pdf, axis=1)
+    cdf /= cdf[:, -1:]
+    tail = (1 - INTERVAL) / 2
+    low = _GRID[np.argmax(cdf >= tail, axis=1)]
+    high = _GRID[np.argmax(cdf >= 1 - tail, axis=1)]
+    at = lambda p: cdf[:, int(round(p * (len(_GRID) - 1)))]  # noqa: E731
+    return low, high, at(EASY) - at(HARD)
+
+
+def band_of(rollouts: int, low: float, high: float) -> str:
+    if rollouts < MIN_ROLLOUTS:
+        return "unknown"
+    if low > EASY:
+        return "too_easy"
+    if high < HARD:
+        return "too_hard"
+    return "learnable"
+
+
+def task_figures(*, version, agent_name: str, tasks: list[dict]) -> list[TaskFigures]:
+    """Every task of `tasks` (the version's, in order) with the agent's statistics: O(tasks)."""
+    rows = {row["task_id"]: row for row in TaskStat.objects.filter(
+        environment_version=version, agent_name=agent_name).values()}
+    ids = [str(task.get("id")) for task in tasks]
+    counts = np.array([[rows[i]["successes"], rows[i]["rollouts"] - rows[i]["successes"]] if i in rows else [0, 0]
+                       for i in ids], dtype=float).reshape(-1, 2)
+    low, high, mass = posterior(counts[:, 0], counts[:, 1]) if len(ids) else ([], [], [])
+    out = []
+    for n, (task, task_id) in enumerate(zip(tasks, ids)):
+        row = rows.get(task_id)
+        done = row["rollouts"] if row else 0
+        out.append(TaskFigures(
+            task_id=task_id, difficulty=task.get("difficulty"), rollouts=done, successes=row["successes"] if row else 0,
+            pass_rate=round(row["successes"] / done, 4) if done else None,
+            interval=(round(float(low[n]), 4), round(float(high[n]), 4)), learnable_mass=float(mass[n]),
+            mean_return=round(row["return_sum"] / done, 4) if done else None,
+            mean_steps=round(row["steps_sum"] / done, 2) if done else None,
+            mean_seconds=round(row["seconds_sum"] / done, 3) if done else None,
+            band=band_of(done, float(low[n]), float(high[n])),
+        ))
+    return out
+
+
+def agents_with_stats(*, version) -> list[str]:
+    return list(TaskStat.objects.filter(environment_version=version).values_list("agent_name", flat=True)
+                .distinct().order_by("agent_name"))
+
+
+def agents_by_rollouts(*, version) -> list[str]:
+    """The agents with statistics on the version, most rollouts first (the task map's default is the first)."""
+    from django.db.models import Sum
+
+    rows = (TaskStat.objects.filter(environment_version=version).values("agent_name")
+            .annotate(n=Sum("rollouts")).order_by("-n", "agent_name"))
+    return [row["agent_name"] for row in rows]
