@@ -86,9 +86,10 @@ class StudioClient:
 
     # sessions
 
-    def session(self, version: str, task_id: str, seed: int = 0) -> "RemoteSession":
-        """Start a remote session: the environment version runs on the server for this task and seed."""
-        return RemoteSession(self, version, str(task_id), seed)
+    def session(self, version: str, task_id: str | None, seed: int = 0, *, curriculum: str | None = None) -> "RemoteSession":
+        """Start a remote session: the environment version runs on the server for this task and seed; with
+        no task and a `curriculum` (uniform, learnable, ladder), the server's sampler picks the task."""
+        return RemoteSession(self, version, None if task_id is None else str(task_id), seed, curriculum=curriculum)
 
     def spaces(self, version: str, task_id: str | None = None) -> dict:
         """The version's published spaces: {task_ids, action_space, observation_space, tools}."""
@@ -144,12 +145,15 @@ class StudioClient:
 class RemoteSession:
     """One episode on the server. `observation`, `tools` and `action_space` are what the start returned."""
 
-    def __init__(self, client: StudioClient, version: str, task_id: str, seed: int):
-        self.client, self.version, self.task_id, self.seed = client, version, task_id, seed
+    def __init__(self, client: StudioClient, version: str, task_id: str | None, seed: int, *, curriculum: str | None = None):
+        self.client, self.version, self.task_id, self.seed, self.curriculum = client, version, task_id, seed, curriculum
         self._open()
 
     def _open(self) -> None:
-        started = self.client.request("POST", "/sessions", {"version": self.version, "task_id": self.task_id, "seed": self.seed})
+        body = {"version": self.version, "seed": self.seed}
+        body.update({"task_id": self.task_id} if self.task_id is not None else {"curriculum": self.curriculum})
+        started = self.client.request("POST", "/sessions", body)
+        self.task_id = started.get("task_id", self.task_id)  # the curriculum's pick; a reset keeps it
         self.id, self.rollout_id, self.run_id = started["session_id"], started["rollout_id"], started["run_id"]
         self.observation, self.tools, self.action_space = from_json(started["observation"]), started["tools"], started["action_space"]
         self.reset_info = from_json(started.get("reset_info") or {})

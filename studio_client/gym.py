@@ -31,8 +31,10 @@ class StudioEnv(gymnasium.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, render_mode=None):
+    def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, render_mode=None,
+                 curriculum: str | None = None):
         published = client.spaces(version)
+        self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each reset's task
         self.client, self.version, self.render_mode = client, version, render_mode
         self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
         self.tools: list[dict] = published.get("tools") or []
@@ -46,8 +48,12 @@ class StudioEnv(gymnasium.Env):
         self._end_episode()
         episode_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
         task_id = (options or {}).get("task_id")
-        task_id = str(task_id) if task_id is not None else task_for_seed(self.task_ids, episode_seed)
-        self.session = self.client.session(self.version, task_id, episode_seed)
+        if task_id is None and self.curriculum:
+            self.session = self.client.session(self.version, None, episode_seed, curriculum=self.curriculum)
+            task_id = self.session.task_id
+        else:
+            task_id = str(task_id) if task_id is not None else task_for_seed(self.task_ids, episode_seed)
+            self.session = self.client.session(self.version, task_id, episode_seed)
         observation, info = self.session.reset()
         if isinstance(self.observation_space, JsonSpace) and self.session.observation_space:
             self.observation_space = space_from_description(self.session.observation_space)
@@ -83,7 +89,8 @@ class StudioVectorEnv(VectorEnv):
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, client: StudioClient, version: str, num_envs: int, *, task_ids: list[str] | None = None,
-                 max_workers: int = 8):
+                 max_workers: int = 8, curriculum: str | None = None):
+        self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each episode's task
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         published = client.spaces(version)
@@ -153,8 +160,12 @@ class StudioVectorEnv(VectorEnv):
 
     def _open(self, index: int, seed: int, task_id) -> tuple:
         self._close_one(index)
-        task = str(task_id) if task_id is not None else task_for_seed(self.task_ids, seed)
-        session = self.client.session(self.version, task, seed)
+        if task_id is None and self.curriculum:
+            session = self.client.session(self.version, None, seed, curriculum=self.curriculum)
+            task = session.task_id
+        else:
+            task = str(task_id) if task_id is not None else task_for_seed(self.task_ids, seed)
+            session = self.client.session(self.version, task, seed)
         self.sessions[index], self.seeds[index] = session, seed
         observation, info = session.reset()
         return observation, {**info, "task_id": task, "seed": seed}

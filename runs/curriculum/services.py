@@ -39,6 +39,18 @@ def task_pick(rollout) -> str:
     return rollout.task_id
 
 
+def task_for_episode(*, version, agent_name: str, strategy: str, seed: int) -> str:
+    """The task of a remote episode opened with `curriculum=STRATEGY` and no task: one draw for the agent
+    from its statistics as they are now (uniform while it has none), seeded by the episode's seed."""
+    if strategy not in sampler.STRATEGIES:
+        raise sampler.InvalidSample(f"curriculum must be one of {', '.join(sampler.STRATEGIES)}, not {strategy!r}",
+                                    field="curriculum")
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=sampler.training_tasks(version.tasks or []))
+    used = strategy if any(f.rollouts for f in figures) else "uniform"
+    (task_id,) = sampler.sample(figures, k=1, strategy=used, seed=seed)
+    return task_id
+
+
 def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False) -> dict:
     _agent_known(team=team, version=version, agent_name=agent_name)
     tasks = sampler.training_tasks(version.tasks or [])

@@ -6,6 +6,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from runs.curriculum.services import task_for_episode
 from runs.episodes import interactive
 from runs.models import AgentKind
 from studio.db_threads import in_pool
@@ -47,7 +48,8 @@ class ProtocolEpisode:
     form: wire.ActionForm | None = None
 
 
-RESET_KEYS = ("seed", "task_id", "episode_id")
+RESET_KEYS = ("seed", "task_id", "episode_id", "curriculum")
+CURRICULA = ("uniform", "learnable", "ladder")
 
 
 def reset_arguments(*, version, data: dict) -> tuple[str, int]:
@@ -67,11 +69,23 @@ def reset_arguments(*, version, data: dict) -> tuple[str, int]:
     elif task_id is not None and str(task_id) not in spaces.task_ids_of(version):
         errors.append({"type": "value_error", "loc": ["data", "task_id"],
                        "msg": f"Task {str(task_id)!r} is not in {version.label}", "input": task_id})
+    curriculum = data.get("curriculum")
+    if curriculum is not None and curriculum not in CURRICULA:
+        errors.append({"type": "literal_error", "loc": ["data", "curriculum"],
+                       "msg": f"curriculum must be one of {', '.join(CURRICULA)}", "input": curriculum})
     if errors:
         raise ResetInvalid(errors)
     if seed is None:
         seed = secrets.randbelow(2**31)
     return (str(task_id) if task_id is not None else spaces.task_for_seed(version, seed)), seed
+
+
+def curriculum_task(access: Access, *, data: dict, task_id: str, seed: int) -> str:
+    """The task of a reset: the one it names, else (with `curriculum`) the sampler's pick for the access's
+    agent from its statistics (docs/curriculum.md). Blocking (the statistics are in the database)."""
+    if data.get("curriculum") is None or data.get("task_id") is not None:
+        return task_id
+    return task_for_episode(version=access.version, agent_name=access.agent_name, strategy=data["curriculum"], seed=seed)
 
 
 def action_form_of(*, version, spaces_now: dict | None = None) -> wire.ActionForm:

@@ -150,6 +150,9 @@ class OpenEnvSession:
         except driver.ResetInvalid as exc:
             return await self._error("Invalid message", VALIDATION_ERROR, errors=exc.errors)
         try:
+            if (data.get("data") or {}).get("curriculum") is not None:  # one more hop only when asked
+                task_id = await driver.in_thread(driver.curriculum_task, self.access, data=data["data"],
+                                                 task_id=task_id, seed=seed)
             self.episode = await self._open(task_id=task_id, seed=seed)
         except DomainError as exc:
             code = {429: CAPACITY_REACHED, 409: FACTORY_ERROR, 400: VALIDATION_ERROR}.get(exc.status, SESSION_ERROR)
@@ -349,11 +352,16 @@ async def _http_reset(access, body, query, **_):
     except ValidationError as exc:
         raise HttpRefused(422, messages.errors_of(exc, prefix=["body"], url=False)) from None
     # OpenEnv's `episode_id` names an episode of the caller's choosing; the studio makes its own.
-    arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items() if key in ("seed", "task_id")}
+    arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items() if key in ("seed", "task_id", "curriculum")}
     try:
         task_id, seed = driver.reset_arguments(version=access.version, data=arguments)
     except driver.ResetInvalid as exc:
         raise HttpRefused(422, [{**error, "loc": ["body", *error["loc"][1:]]} for error in exc.errors]) from None
+    try:
+        if arguments.get("curriculum") is not None:
+            task_id = await driver.in_thread(driver.curriculum_task, access, data=arguments, task_id=task_id, seed=seed)
+    except DomainError as exc:
+        raise HttpRefused(exc.status, [{"type": "value_error", "loc": ["body", exc.field or "curriculum"], "msg": exc.message}]) from None
     episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed)
     return 200, wire.reset_payload(episode, info=episode.reset_info)
 

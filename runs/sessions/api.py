@@ -75,7 +75,7 @@ def start_session(request, payload: SessionIn):
     version = version_by_label(team=request.team, label=payload.version)
     opened = services.session_start(
         team=request.team, actor=request.user, version=version, task_id=payload.task_id, seed=payload.seed,
-        credential=token_tag(request.auth.pk), run_name=payload.run_name,
+        credential=token_tag(request.auth.pk), run_name=payload.run_name, curriculum=payload.curriculum,
     )
     return Status(201, opened)
 

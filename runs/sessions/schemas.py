@@ -1,12 +1,14 @@
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ninja import Field, Schema
 
 
 class SessionIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
-    task_id: str = Field(..., min_length=1, max_length=200)
+    task_id: str | None = Field(None, min_length=1, max_length=200, description="the task; or leave it out and name a curriculum")
+    curriculum: Literal["uniform", "learnable", "ladder"] | None = Field(
+        None, description="no task_id: the curriculum's sampler picks the task from the agent's statistics (docs/curriculum.md)")
     seed: int = Field(0, ge=0, lt=2**63)
     run_name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^/]+$",
                                  description="Group this episode into the session run of this name (a new run for a new name)")
@@ -14,6 +16,7 @@ class SessionIn(Schema):
 
 class SessionOut(Schema):
     session_id: str
+    task_id: str
     rollout_id: int
     run_id: int
     observation: Any = None

@@ -1,5 +1,6 @@
 """Remote sessions: a training loop drives an episode over the API, recorded as a rollout of the
 team's `remote` agent. A thin front end of the interactive episode service (runs/episodes)."""
+from ..curriculum.services import task_for_episode
 from ..episodes import interactive
 from ..models import AgentKind, Rollout
 from ..protocols.spaces import spaces_remember
@@ -7,17 +8,22 @@ from ..protocols.spaces import spaces_remember
 REMOTE_AGENT_NAME = "remote"
 
 
-def session_start(*, team, actor, version, task_id: str, seed: int, credential: str, run_name: str | None = None) -> dict:
+def session_start(*, team, actor, version, task_id: str | None, seed: int, credential: str, run_name: str | None = None,
+                  curriculum: str | None = None) -> dict:
     """Start (version, task, seed) on an episode host; returns {session_id, rollout_id, run_id,
     observation, reset_info, tools, action_space, observation_space}. What the episode reported of
     its spaces becomes the version's published spaces (GET .../spaces), as protocol episodes do.
     The episode joins the session run of `credential` (or of `run_name`), runs.episodes.interactive.session_run_for."""
+    if task_id is None:
+        if curriculum is None:
+            raise interactive.InvalidEpisode("Give a task_id, or a curriculum to pick one.", field="task_id")
+        task_id = task_for_episode(version=version, agent_name=REMOTE_AGENT_NAME, strategy=curriculum, seed=seed)
     opened = interactive.episode_open(
         team=team, actor=actor, version=version, task_id=task_id, seed=seed, driver="session",
         agent_name=REMOTE_AGENT_NAME, agent_kind=AgentKind.REMOTE, credential=credential, run_name=run_name,
     )
     spaces_remember(version=version, opened=opened)
-    return {"session_id": opened["episode_id"], **opened}
+    return {"session_id": opened["episode_id"], "task_id": task_id, **opened}
 
 
 def session_step(*, team, session_id: str, action) -> dict:
