@@ -89,6 +89,12 @@ def task_figures(*, version, agent_name: str, tasks: list[dict]) -> list[TaskFig
     """Every task of `tasks` (the version's, in order) with the agent's statistics: O(tasks)."""
     rows = {row["task_id"]: row for row in TaskStat.objects.filter(
         environment_version=version, agent_name=agent_name).values()}
+    return figures_from_counts(tasks=tasks, rows=rows)
+
+
+def figures_from_counts(*, tasks: list[dict], rows: dict[str, dict]) -> list[TaskFigures]:
+    """TaskFigures of `tasks` from rows of counts by task id (rollouts, successes, return_sum, steps_sum,
+    seconds_sum): what the database keeps, or a simulation's own (bench/bench_curriculum.py)."""
     ids = [str(task.get("id")) for task in tasks]
     counts = np.array([[rows[i]["successes"], rows[i]["rollouts"] - rows[i]["successes"]] if i in rows else [0, 0]
                        for i in ids], dtype=float).reshape(-1, 2)
