@@ -7,9 +7,8 @@ runs/figures.py counts as one (the status the episode service set by the version
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import connection
 
-from ..models import Rollout, RolloutStatus, Run, RunPurpose
+from ..models import RolloutStatus, Run, RunPurpose
 from .models import TaskStat
 
 COUNTED_PURPOSES = (RunPurpose.EVALUATION, RunPurpose.SESSION)
@@ -17,27 +16,27 @@ COUNTED_PURPOSES = (RunPurpose.EVALUATION, RunPurpose.SESSION)
 EASY, HARD, MIN_ROLLOUTS, INTERVAL = 0.9, 0.1, 4, 0.9
 _GRID = np.linspace(0.0, 1.0, 2001)
 
-_COUNT_SQL = f"""
-    INSERT INTO {TaskStat._meta.db_table} AS s (team_id, environment_version_id, task_id, agent_name, rollouts,
-        successes, return_sum, steps_sum, seconds_sum, updated_at)
-    SELECT r.team_id, run.environment_version_id, r.task_id, a.name, 1, (r.status = %(succeeded)s)::int,
-        r.total_reward, r.step_count, COALESCE(EXTRACT(EPOCH FROM (r.finished_at - r.started_at)), 0), now()
-    FROM {Rollout._meta.db_table} r JOIN {Run._meta.db_table} run ON run.id = r.run_id
-    JOIN runs_agent a ON a.id = run.agent_id
-    WHERE r.id = %(rollout)s AND r.status IN (%(succeeded)s, %(failed)s) AND run.purpose = ANY(%(purposes)s)
-    ON CONFLICT (environment_version_id, agent_name, task_id) DO UPDATE SET
-        rollouts = s.rollouts + 1, successes = s.successes + EXCLUDED.successes,
-        return_sum = s.return_sum + EXCLUDED.return_sum, steps_sum = s.steps_sum + EXCLUDED.steps_sum,
-        seconds_sum = s.seconds_sum + EXCLUDED.seconds_sum, updated_at = now()
-"""
+def counted_sql(done: str) -> str:
+    """A CTE body adding the rollouts of the CTE `done` (columns team_id, run_id, task_id, status,
+    total_reward, step_count, started_at, finished_at) to their tasks' statistics: part of the one
+    statement that stores a rollout's outcome (runs/episodes/service.py), so a rollout counts exactly
+    once, with its outcome, at no extra round trip. Takes %(succeeded)s, %(failed)s, %(counted_purposes)s."""
+    return f"""
+        INSERT INTO {TaskStat._meta.db_table} AS s (team_id, environment_version_id, task_id, agent_name, rollouts,
+            successes, return_sum, steps_sum, seconds_sum, updated_at)
+        SELECT d.team_id, run.environment_version_id, d.task_id, a.name, 1, (d.status = %(succeeded)s)::int,
+            d.total_reward, d.step_count, COALESCE(EXTRACT(EPOCH FROM (d.finished_at - d.started_at)), 0), now()
+        FROM {done} d JOIN {Run._meta.db_table} run ON run.id = d.run_id JOIN runs_agent a ON a.id = run.agent_id
+        WHERE d.status IN (%(succeeded)s, %(failed)s) AND run.purpose = ANY(%(counted_purposes)s)
+        ON CONFLICT (environment_version_id, agent_name, task_id) DO UPDATE SET
+            rollouts = s.rollouts + 1, successes = s.successes + EXCLUDED.successes,
+            return_sum = s.return_sum + EXCLUDED.return_sum, steps_sum = s.steps_sum + EXCLUDED.steps_sum,
+            seconds_sum = s.seconds_sum + EXCLUDED.seconds_sum, updated_at = now()
+    """
 
 
-def count_finished(rollout_id: int) -> None:
-    """Add one finished rollout to its task's statistics (in the caller's transaction: the finishing
-    write happens exactly once per rollout, so this does too)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_COUNT_SQL, {"rollout": rollout_id, "succeeded": RolloutStatus.SUCCEEDED,
-                                    "failed": RolloutStatus.FAILED, "purposes": list(COUNTED_PURPOSES)})
+def counted_params() -> dict:
+    return {"succeeded": RolloutStatus.SUCCEEDED, "failed": RolloutStatus.FAILED, "counted_purposes": list(COUNTED_PURPOSES)}
 
 
 @dataclass(frozen=True)

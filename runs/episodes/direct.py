@@ -286,7 +286,7 @@ class AsyncLink:
         pending, conn.pending = conn.pending, {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(routing._lost(self.host_id))
+                future.set_exception(routing.lost(self.host_id))
 
     async def _watch(self) -> None:
         """While requests wait, check the host's presence every WAIT_SLICE_S (a host whose machine
@@ -400,14 +400,14 @@ class SyncLink:
                 chunk = sock.recv(max(65536, need - len(buffer)))
             except TimeoutError:
                 if watch.lost(routing.host_is_alive(self.host_id)):
-                    raise routing._lost(self.host_id) from None
+                    raise routing.lost(self.host_id) from None
                 if time.monotonic() >= deadline:
                     raise routing.HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.") from None
                 continue
             except OSError:
-                raise routing._lost(self.host_id) from None
+                raise routing.lost(self.host_id) from None
             if not chunk:
-                raise routing._lost(self.host_id)
+                raise routing.lost(self.host_id)
             buffer += chunk
 
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from ..models import INFRA_ERROR, AgentKind, Rollout, RolloutStatus
 from ..sandbox.pool import SandboxPool
-from . import memory, routing
+from . import memory, plane, routing
 from .service import (
     Episode,
     EpisodeFault,
@@ -125,7 +125,7 @@ class EpisodeHost:
 
     def listen(self) -> None:
         """Open the direct port (before the first announce, which names it)."""
-        if self.direct is not None or not routing.direct_enabled():
+        if self.direct is not None or not plane.direct_enabled():
             return
         from .direct import DirectServer
 

@@ -18,7 +18,7 @@ from studio.models import Team
 from .. import events
 from .. import services as run_services
 from ..models import INFRA_ERROR, Rollout, RolloutStatus, Run, RunPurpose, RunStatus
-from . import memory, routing
+from . import memory, plane, routing
 from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
 from .setup import task_of
@@ -173,7 +173,7 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
         transaction.on_commit(lambda: events.publish_rollout(rollout))
     message = {"op": "start", "episode": episode_id, "team": team.pk, "rollout": rollout.pk, "driver": driver}
     try:
-        result = routing.call(message=message, host_id=None, timeout_s=start_timeout_s(version.manifest.get("limits") or {}))
+        result = plane.call(message=message, host_id=None, timeout_s=start_timeout_s(version.manifest.get("limits") or {}))
     except routing.HostUnavailable as exc:
         rollout_end(rollout=rollout, status=RolloutStatus.ERRORED, error=str(exc), end_reason=INFRA_ERROR)
         raise EpisodeHostUnavailable(str(exc)) from None
@@ -207,7 +207,7 @@ def episode_rollout_id(*, team, episode_id: str) -> int:
 def _call(*, team, episode_id: str, message: dict, timeout_s: float) -> dict:
     host_id, rollout_id = _route(team=team, episode_id=episode_id)
     try:
-        return routing.call(message={**message, "episode": episode_id, "team": team.pk}, host_id=host_id, timeout_s=timeout_s)
+        return plane.call(message={**message, "episode": episode_id, "team": team.pk}, host_id=host_id, timeout_s=timeout_s)
     except routing.HostUnavailable as exc:
         raise _host_lost(episode_id=episode_id, rollout_id=rollout_id, exc=exc) from None
     except routing.RedisUnavailable as exc:
@@ -240,7 +240,7 @@ async def episode_step_remote_async(*, team, episode_id: str, action) -> dict:
     await astorage_quota_check_recent(team_id=team.pk, what=STEP_STORED)
     message = {"op": "step", "action": action, "episode": episode_id, "team": team.pk}
     try:
-        return await routing.acall(message=message, host_id=route[0], timeout_s=_step_timeout_s())
+        return await plane.acall(message=message, host_id=route[0], timeout_s=_step_timeout_s())
     except routing.RedisUnavailable as exc:
         raise RouterUnavailable(str(exc)) from None
     except routing.HostUnavailable as exc:
@@ -278,7 +278,7 @@ def episode_steps_remote(*, team, items: list[tuple[str, object]]) -> list[dict]
     for host_id, positions in by_host.items():
         message = {"op": "steps", "items": [{"episode": items[p][0], "team": team.pk, "action": items[p][1]} for p in positions]}
         try:
-            answered = routing.call(message=message, host_id=host_id, timeout_s=_step_timeout_s())["results"]
+            answered = plane.call(message=message, host_id=host_id, timeout_s=_step_timeout_s())["results"]
         except (routing.HostUnavailable, routing.RedisUnavailable) as exc:
             answered = [{"ok": False, "episode_id": items[p][0], "status": 503, "error": str(exc)} for p in positions]
         for position, result in zip(positions, answered):

@@ -186,7 +186,7 @@ def _request(message: dict, host_id: str | None) -> tuple[str, str, str]:
 NO_HOST = "No episode host is running (start one with `manage.py episode_host`)."
 
 
-def _lost(host_id: str | None) -> HostUnavailable:
+def lost(host_id: str | None) -> HostUnavailable:
     if host_id is None:
         return HostUnavailable("No episode host is running any more (the one taking this request stopped).")
     return HostUnavailable(f"The episode host holding this episode ({host_id}) stopped.")
@@ -239,27 +239,6 @@ async def ahost_address(host_id: str) -> str | None:
         raise redis_unavailable(exc) from None
 
 
-def direct_enabled() -> bool:
-    return bool(getattr(settings, "EPISODE_HOST_DIRECT", True))
-
-
-def call(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
-    """Send `message` to `host_id` (None: to whichever host takes the next start) and wait for its
-    reply: straight over the host's connection when it announced an address, else through Redis.
-    Raises HostUnavailable when the host is gone (or none runs), HostError for refusals,
-    RedisUnavailable when Redis fails."""
-    if host_id is not None and direct_enabled():
-        address = host_address(host_id)
-        if address is not None:
-            from . import direct
-
-            try:
-                return _unwrap(direct.request(host_id, address, message, timeout_s))
-            except direct.Unreachable:
-                pass  # nothing was sent: through Redis, which also tells whether the host is alive
-    return call_via_redis(message=message, host_id=host_id, timeout_s=timeout_s)
-
-
 def call_via_redis(*, message: dict, host_id: str | None, timeout_s: float) -> dict:
     if host_id is None and not wait_for_a_host():
         raise HostUnavailable(NO_HOST)
@@ -277,13 +256,13 @@ def call_via_redis(*, message: dict, host_id: str | None, timeout_s: float) -> d
             alive = bool(r.exists(host_alive_key(host_id))) if host_id else bool(live_hosts())
             if watch.lost(alive):
                 _withdraw(r, queue, payload)
-                raise _lost(host_id)
+                raise lost(host_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 _withdraw(r, queue, payload)
                 raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
             found = r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
-        return _unwrap(json.loads(found[1]))
+        return unwrap(json.loads(found[1]))
     except redis.RedisError as exc:
         raise redis_unavailable(exc) from None
 
@@ -315,21 +294,6 @@ def async_client():
     return found
 
 
-async def acall(*, message: dict, host_id: str, timeout_s: float) -> dict:
-    """`call` to a known host, awaited on the event loop instead of blocking a thread (direct when
-    the host announced an address: read and written on this loop, no thread)."""
-    if direct_enabled():
-        address = await ahost_address(host_id)
-        if address is not None:
-            from . import direct
-
-            try:
-                return _unwrap(await direct.arequest(host_id, address, message, timeout_s))
-            except direct.Unreachable:
-                pass
-    return await acall_via_redis(message=message, host_id=host_id, timeout_s=timeout_s)
-
-
 async def acall_via_redis(*, message: dict, host_id: str, timeout_s: float) -> dict:
     r = async_client()
     queue, key, payload = _request(message, host_id)
@@ -343,13 +307,13 @@ async def acall_via_redis(*, message: dict, host_id: str, timeout_s: float) -> d
         while found is None:
             if watch.lost(bool(await r.exists(host_alive_key(host_id)))):
                 await r.lrem(queue, 1, payload)
-                raise _lost(host_id)
+                raise lost(host_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 await r.lrem(queue, 1, payload)
                 raise HostUnavailable(f"The episode host did not answer within {timeout_s:g} s.")
             found = await r.blpop([key], timeout=min(WAIT_SLICE_S, max(remaining, 0.01)))
-        return _unwrap(json.loads(found[1]))
+        return unwrap(json.loads(found[1]))
     except redis.RedisError as exc:
         raise redis_unavailable(exc) from None
 
@@ -365,7 +329,7 @@ async def aroute_of(episode_id: str) -> tuple[str, int, int] | None:
     return None if raw is None else _remember(episode_id, raw)
 
 
-def _unwrap(reply: dict) -> dict:
+def unwrap(reply: dict) -> dict:
     if reply.get("ok"):
         return reply.get("result") or {}
     raise HostError(reply.get("error") or "the episode host failed", reply.get("status") or 400, reply.get("field"))

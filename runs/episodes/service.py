@@ -6,6 +6,7 @@ screenshots, limits, the verifier's own budget and the final state are the same 
 Every function that ends an episode closes its sandbox and writes the rollout's final state (and
 the verifier's first label) itself; a driver only decides when.
 """
+import contextlib
 import dataclasses
 import json
 import logging
@@ -18,7 +19,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
-from ..curriculum.stats import count_finished
+from ..curriculum.stats import counted_params, counted_sql
 from ..figures import rollout_succeeded
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
 from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeError
@@ -477,7 +478,8 @@ _FINISH_SQL = f"""
             verifier_reason = %(verifier_reason)s, verifier_error = %(verifier_error)s,
             reproduction = %(reproduction)s::jsonb, finished_at = now(), heartbeat_at = now()
         WHERE id = %(rollout)s AND attempts = %(attempts)s AND status = %(running)s
-        RETURNING id, team_id, finished_at
+        RETURNING id, team_id, run_id, task_id, status, total_reward, step_count, started_at, finished_at
+    ), counted AS ({counted_sql("done")}
     ), label AS (
         INSERT INTO {RewardLabel._meta.db_table} (team_id, rollout_id, step_id, source, value, decision, reviewer_id, rationale, created_at)
         SELECT team_id, id, NULL, %(source)s, %(value)s, %(decision)s, NULL, %(rationale)s, now() FROM done
@@ -492,8 +494,9 @@ def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
     fenced by the attempt; the in-memory rollout gets what was written."""
     error = outcome.error[:10000]
     # Inside a caller's transaction a savepoint keeps a failed write from spoiling it (the fallback
-    # write must still work); on its own, the write and the task statistics are one transaction.
-    with transaction.atomic(), connection.cursor() as cursor:
+    # write must still work); on its own the statement is its own transaction (outcome, first label and
+    # task statistics together).
+    with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext(), connection.cursor() as cursor:
         cursor.execute(_FINISH_SQL, {
             "status": outcome.status, "end_reason": outcome.end_reason, "error": error,
             "total_reward": outcome.total_reward, "step_count": outcome.step_count,
@@ -501,11 +504,9 @@ def _rollout_finish_write(rollout: Rollout, outcome: EpisodeOutcome) -> bool:
             "verifier_error": outcome.verifier_error, "reproduction": json.dumps(outcome.reproduction, default=str),
             "rollout": rollout.pk, "attempts": rollout.attempts, "running": RolloutStatus.RUNNING,
             "source": LabelSource.VERIFIER, "value": outcome.proposed_value, "decision": LabelDecision.PROPOSED,
-            "rationale": outcome.proposed_rationale, "has_label": outcome.proposed_value is not None,
+            "rationale": outcome.proposed_rationale, "has_label": outcome.proposed_value is not None, **counted_params(),
         })
         row = cursor.fetchone()
-        if row is not None:
-            count_finished(rollout.pk)  # exactly once: the fenced write above succeeds once per rollout
     if row is None:
         return False
     rollout.status, rollout.end_reason, rollout.error = outcome.status, outcome.end_reason, error

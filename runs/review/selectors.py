@@ -176,7 +176,9 @@ def review_queue_page(*, team, reviewer, filters: QueueFilters | None = None, af
     """Up to `limit` rollouts of the queue, in queue order, after rollout id `after` (keyset) and/or
     skipping `offset`; each with `proposed_reward` and `human_deciders`. `cursor`: the reviewer's cursor
     when the caller moved it already (queue_cursor)."""
-    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, after=after, n=offset + limit, cursor=cursor)
+    # offset + limit stays a bigint (a LIMIT past it is refused by PostgreSQL): no queue is that long anyway.
+    n = min(offset + limit, 2**63 - 1)
+    ids = _queue_ids(team=team, reviewer=reviewer, filters=filters, after=after, n=n, cursor=cursor)
     return _rollouts_in_order(ids[offset:])
 
 

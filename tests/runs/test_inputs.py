@@ -250,3 +250,10 @@ def test_bad_play_input_is_an_inline_error_that_keeps_what_was_typed(owner, vers
         assert f'name="seed" value="{fields["seed"]}"' in page
         assert '<option value="t1" selected>' in page
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("query", ["", "&purpose=all", "&disagreement=true&purpose=reverify&outcome=fail"])
+def test_the_largest_review_queue_offset_is_an_empty_page_not_a_500(owner_api, query):
+    response = owner_api.get(f"/review/queue?offset={2**63 - 1}{query}")
+    assert response.status_code == 200, response.content
+    assert response.json()["items"] == []
