@@ -164,6 +164,6 @@ def backlog_leave(backlog: RolloutBacklog) -> None:
             del _backlogs[key]
 
 
-def open_backlogs() -> int:
-    """How many rollouts' backlogs this process holds (0 once every viewer has left)."""
-    return len(_backlogs)
+def open_backlogs(rollout_id: int | None = None) -> int:
+    """How many rollouts' backlogs this process holds (0 once every viewer has left); of one rollout if given."""
+    return len(_backlogs) if rollout_id is None else sum(1 for _, held in _backlogs if held == rollout_id)
