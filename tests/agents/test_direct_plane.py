@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 
 import httpx
 import pytest
@@ -56,7 +57,7 @@ class Monitor:
     def __init__(self):
         self.commands: list[str] = []
         self.client = redis.Redis.from_url(settings.EPISODE_HOST_REDIS_URL)
-        self.stopping = threading.Event()
+        self.end_mark = f"monitor-end-{uuid.uuid4().hex}"
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -64,8 +65,8 @@ class Monitor:
         with self.client.monitor() as monitor:
             self.ready.set()
             for command in monitor.listen():
-                if self.stopping.is_set():
-                    return
+                if self.end_mark in command["command"]:
+                    return  # MONITOR lists commands in the order Redis ran them: every earlier one is in
                 if settings.EPISODE_HOST_PREFIX in command["command"]:
                     self.commands.append(command["command"])
 
@@ -76,8 +77,7 @@ class Monitor:
         return self
 
     def __exit__(self, *exc):
-        self.stopping.set()
-        self.client.ping()  # wakes the monitor's read
+        self.client.echo(self.end_mark)  # the last command the monitor reads
         self.thread.join(timeout=5)
 
     def lists_of_requests(self) -> list[str]:
