@@ -25,15 +25,21 @@ def stats_for(*, team, version, agent_name: str) -> dict:
     return {"agent": agent_name, "version": version.label, "note": note, "tasks": [f.as_json() for f in figures]}
 
 
+def _draw(*, version, agent_name: str, strategy: str, k: int, seed: int, cost_aware: bool = False) -> tuple[list[str], bool]:
+    """k training tasks by `strategy` from the agent's statistics as they are now (uniform while it has
+    none; an unknown strategy is refused by name whatever the statistics), and whether it had any."""
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=sampler.training_tasks(version.tasks or []))
+    known = any(f.rollouts for f in figures)
+    used = strategy if known or strategy not in sampler.STRATEGIES else "uniform"
+    return sampler.sample(figures, k=k, strategy=used, seed=seed, cost_aware=cost_aware), known
+
+
 def task_pick(rollout) -> str:
     """A curriculum run's rollout gets its task when it is dispatched: one draw by the run's strategy from
     the agent's statistics as they are now (seeded by the rollout, so a retried attempt draws alike)."""
     run = rollout.run
-    version = run.environment_version
-    figures = stats.task_figures(version=version, agent_name=run.agent.name,
-                                 tasks=sampler.training_tasks(version.tasks or []))
-    strategy = run.curriculum if any(f.rollouts for f in figures) else "uniform"
-    (task_id,) = sampler.sample(figures, k=1, strategy=strategy, seed=rollout.pk)
+    task_id = task_for_episode(version=run.environment_version, agent_name=run.agent.name, strategy=run.curriculum,
+                               seed=rollout.pk)
     Rollout.objects.filter(pk=rollout.pk, task_id="").update(task_id=task_id)
     rollout.task_id = Rollout.objects.values_list("task_id", flat=True).get(pk=rollout.pk)
     return rollout.task_id
@@ -45,23 +51,12 @@ def task_for_episode(*, version, agent_name: str, strategy: str, seed: int) -> s
     if strategy not in sampler.STRATEGIES:
         raise sampler.InvalidSample(f"curriculum must be one of {', '.join(sampler.STRATEGIES)}, not {strategy!r}",
                                     field="curriculum")
-    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=sampler.training_tasks(version.tasks or []))
-    used = strategy if any(f.rollouts for f in figures) else "uniform"
-    (task_id,) = sampler.sample(figures, k=1, strategy=used, seed=seed)
+    (task_id,), _ = _draw(version=version, agent_name=agent_name, strategy=strategy, k=1, seed=seed)
     return task_id
 
 
 def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False) -> dict:
     _agent_known(team=team, version=version, agent_name=agent_name)
-    tasks = sampler.training_tasks(version.tasks or [])
-    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=tasks)
-    note = None
-    if not any(f.rollouts for f in figures):
-        note = f"no statistics for {agent_name} on {version.label} yet: sampled uniformly"
-        strategy_used = "uniform"
-    else:
-        strategy_used = strategy
-    if strategy not in sampler.STRATEGIES:
-        strategy_used = strategy  # refused by name below
-    ids = sampler.sample(figures, k=k, strategy=strategy_used, seed=seed, cost_aware=cost_aware)
+    ids, known = _draw(version=version, agent_name=agent_name, strategy=strategy, k=k, seed=seed, cost_aware=cost_aware)
+    note = None if known else f"no statistics for {agent_name} on {version.label} yet: sampled uniformly"
     return {"agent": agent_name, "strategy": strategy, "tasks": ids, "note": note}
