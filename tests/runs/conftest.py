@@ -7,7 +7,7 @@ import time
 import pytest
 
 from runs.sandbox import ProcessSandbox, SandboxLimits
-from runs.sandbox.process import _uid_processes
+from runs.sandbox.uids import uid_processes
 
 COUNTER_ENV = textwrap.dedent(
     """
@@ -67,12 +67,12 @@ def start_sandbox():
 
 def assert_no_processes_of(uid: int) -> None:
     """Nothing alive under the uid; zombies of escaped grandchildren are reaped by init (~2 s here)."""
-    live, zombies = _uid_processes(uid)
+    live, zombies = uid_processes(uid)
     assert not live, f"processes of sandbox uid {uid} left behind: {live}"
     deadline = time.monotonic() + 5
     while zombies and time.monotonic() < deadline:
         time.sleep(0.05)
-        live, zombies = _uid_processes(uid)
+        live, zombies = uid_processes(uid)
     assert not live and not zombies, f"sandbox uid {uid} still has {len(live)} live and {zombies} zombie processes"
 
 

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from runs.sandbox import ProcessSandbox, SandboxCrashed, SandboxLimits, SandboxTimeout, UserCodeError
+from runs.sandbox import ProcessSandbox, Sandbox, SandboxCrashed, SandboxLimits, SandboxTimeout, UserCodeError
 from runs.sandbox.backends import BACKENDS, sandbox_class, sandbox_for
-from runs.sandbox.process import _uid_processes
+from runs.sandbox.uids import uid_processes
 
 pytestmark = pytest.mark.docker
 
@@ -70,7 +70,7 @@ def assert_container_gone(name: str) -> None:
 def assert_no_processes_of(uid: int) -> None:
     deadline = time.monotonic() + 5
     while True:
-        live, zombies = _uid_processes(uid)
+        live, zombies = uid_processes(uid)
         if not live and not zombies:
             return
         assert time.monotonic() < deadline, f"sandbox uid {uid} still has {live} live and {zombies} zombie processes"
@@ -123,7 +123,10 @@ def test_backend_names_select_the_sandbox_class():
     assert sandbox_class("process") is ProcessSandbox
     assert sandbox_class("docker") is DockerSandbox
     assert sandbox_class(" Docker ") is DockerSandbox
-    assert issubclass(DockerSandbox, ProcessSandbox) and DockerSandbox.backend == "docker"
+    # Siblings behind one base, neither a kind of the other.
+    assert issubclass(DockerSandbox, Sandbox) and issubclass(ProcessSandbox, Sandbox)
+    assert not issubclass(DockerSandbox, ProcessSandbox) and not issubclass(ProcessSandbox, DockerSandbox)
+    assert DockerSandbox.backend == "docker" and ProcessSandbox.backend == "process"
     assert isinstance(sandbox_for("process"), ProcessSandbox)
     unstarted = sandbox_for("docker", image="studio-sandbox:never-built")
     assert isinstance(unstarted, DockerSandbox) and unstarted.image == "studio-sandbox:never-built"
@@ -305,7 +308,7 @@ def test_fork_bomb_is_capped_and_leaves_nothing_behind(start_docker, fresh_docke
     assert observation["error"] == "Resource temporarily unavailable"
     uid, container = sandbox.uid, sandbox.container
     if sandbox.uid_switched:
-        assert _uid_processes(uid)[0], "the bomb's processes should be alive until close"
+        assert uid_processes(uid)[0], "the bomb's processes should be alive until close"
     sandbox.close()
     if sandbox.uid_switched:
         assert_no_processes_of(uid)

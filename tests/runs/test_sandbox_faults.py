@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from runs.sandbox import SandboxCrashed, SandboxTimeout, UserCodeError
-from runs.sandbox.process import _uid_processes
+from runs.sandbox.uids import uid_processes
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="uid switch and network namespace need root")
@@ -234,9 +234,9 @@ def test_fork_bomb_is_capped_and_leaves_no_process_behind(start_sandbox, assert_
     assert observation["forked"] < 16
     assert observation["error"] == "Resource temporarily unavailable"
     uid = sandbox.uid
-    assert _uid_processes(uid)[0], "the bomb's processes should be alive until close"
+    assert uid_processes(uid)[0], "the bomb's processes should be alive until close"
     sandbox.close()
-    live, _zombies = _uid_processes(uid)
+    live, _zombies = uid_processes(uid)
     assert live == []
     assert_fresh_sandbox_works()
 
@@ -431,7 +431,7 @@ def test_a_killed_workers_workspace_and_cgroup_are_removed_when_its_uid_is_taken
     import time
 
     from runs.sandbox import SandboxConfig
-    from runs.sandbox.process import acquire_uid_slot, sweep_stale_sandboxes
+    from runs.sandbox.uids import acquire_uid_slot, sweep_stale_sandboxes
 
     script = textwrap.dedent(
         f"""
