@@ -13,7 +13,7 @@ from environments.sdk.studio_sdk import random_agent
 
 from .agent_errors import NoActionSpace
 from .models import Agent, AgentKind
-from .sandbox import DEFAULT_CONFIG, ProcessSandbox, SandboxConfig, SandboxError, SandboxLimits, UserCodeError
+from .sandbox import DEFAULT_CONFIG, Sandbox, SandboxConfig, SandboxError, SandboxLimits, UserCodeError
 from .sandbox.backends import sandbox_for
 
 SCRIPTED_AGENT_FILE = "agent.py"
@@ -30,7 +30,7 @@ RANDOM_AGENT_CODE = "from studio_sdk.random_agent import act, observe_space, res
 RANDOM_AGENT_FAILURE = "random agent"
 
 
-def agent_sandbox(config: SandboxConfig = DEFAULT_CONFIG) -> ProcessSandbox:
+def agent_sandbox(config: SandboxConfig = DEFAULT_CONFIG) -> Sandbox:
     """An agent's sandbox of the configured backend; a process one is spawned at once, so its
     interpreter starts while the environment's sandbox starts (load comes with the limits).
     `config` carries the version's import path: the agent imports from the same read-only
@@ -47,13 +47,15 @@ def agent_sandbox(config: SandboxConfig = DEFAULT_CONFIG) -> ProcessSandbox:
 
 
 class RandomPolicy:
+    step_record: dict | None = None  # what a model agent records per action; these record nothing
+
     def __init__(self, agent: Agent, *, seed: int, sandbox_config: SandboxConfig = DEFAULT_CONFIG):
         self.agent = agent
         self.env = None
-        self.sandbox: ProcessSandbox = agent_sandbox(sandbox_config)
+        self.sandbox: Sandbox = agent_sandbox(sandbox_config)
         self.facts: dict = {}
 
-    def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
+    def start(self, *, env: Sandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
         self.env = env
         self.facts = self.sandbox.start({SCRIPTED_AGENT_FILE: RANDOM_AGENT_CODE}, mode="agent", entrypoint="agent", limits=limits)
         self.sandbox.reset(task, seed)
@@ -75,12 +77,14 @@ class RandomPolicy:
 
 
 class ScriptedPolicy:
+    step_record: dict | None = None  # what a model agent records per action; these record nothing
+
     def __init__(self, agent: Agent, *, seed: int, sandbox_config: SandboxConfig = DEFAULT_CONFIG):
         self.agent = agent
-        self.sandbox: ProcessSandbox = agent_sandbox(sandbox_config)
+        self.sandbox: Sandbox = agent_sandbox(sandbox_config)
         self.facts: dict = {}
 
-    def start(self, *, env: ProcessSandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
+    def start(self, *, env: Sandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
         self.facts = self.sandbox.start(
             {SCRIPTED_AGENT_FILE: self.agent.code}, mode="agent", entrypoint="agent", limits=limits
         )

@@ -349,6 +349,8 @@ class OpenAIPolicy:
     """Drives one episode: the engine calls `act` for each action; one model reply may hold several
     tool calls, which become consecutive steps before the model is asked again."""
 
+    sandbox = None  # the model is a network service: nothing of this policy runs in a sandbox
+
     def __init__(self, agent: Agent, *, seed: int, api_key: str | None = None, text_answer: str | None = None):
         self.agent = agent
         self.seed = seed

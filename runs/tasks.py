@@ -16,7 +16,7 @@ from .episodes import worker
 from .episodes.host import end_orphaned_episodes
 from .quality import tasks as quality_tasks  # noqa: F401 - the worker registers the quality lab's tasks too
 from .episodes.status import EXECUTE_ROLLOUT, stale_after_s, teams_unpark_all
-from .sandbox.process import sweep_stale_sandboxes
+from .sandbox.uids import sweep_stale_sandboxes
 
 logger = logging.getLogger(__name__)
 

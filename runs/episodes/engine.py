@@ -86,7 +86,7 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
     rollout = setup.rollout
     episode = episode_start(setup=setup)
     heartbeat.writer = episode.writer
-    agent_sandbox = getattr(policy, "sandbox", None)
+    agent_sandbox = policy.sandbox  # None for a policy that runs in the worker (a model's)
     # A cancel seen while a call hangs (a step that sleeps) kills the sandboxes: the call returns at once.
     heartbeat.on_cancel = lambda: episode_interrupt(
         episode=episode, fault=_cancelled(), sandboxes=[agent_sandbox] if agent_sandbox is not None else [])
@@ -139,4 +139,4 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
 
 def _record(policy) -> dict | None:
     """What the agent recorded for this action (a model agent: its request, reply, usage, latency)."""
-    return getattr(policy, "step_record", None) or None
+    return policy.step_record or None

@@ -11,7 +11,7 @@ import os
 from django.conf import settings
 
 from ..models import Rollout, RolloutStatus
-from ..sandbox.process import BROWSER_MIN_MEMORY_MB, SandboxLimits
+from ..sandbox.config import BROWSER_MIN_MEMORY_MB, SandboxLimits
 from .setup import effective_limits
 
 

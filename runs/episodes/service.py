@@ -22,9 +22,9 @@ from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
 from ..curriculum.stats import counted_params, counted_sql
 from ..figures import rollout_succeeded
 from ..models import LabelDecision, LabelSource, RewardLabel, Rollout, RolloutStatus, Step
-from ..sandbox import DEFAULT_CONFIG, SandboxError, SandboxTimeout, UserCodeError
+from ..sandbox import DEFAULT_CONFIG, Sandbox, SandboxError, SandboxTimeout, UserCodeError
 from ..sandbox.backends import sandbox_for
-from ..sandbox.shared import SharedKey, shared_sandboxes
+from ..sandbox.shared import EpisodeLease, SharedKey, shared_sandboxes
 from .setup import EpisodeSetup
 from .status import rollout_status_changed
 from .writer import LostOwnership, StepWriter
@@ -93,7 +93,7 @@ class Episode:
     """One started episode: its sandbox, its step writer and where it stands. Not thread-safe by
     itself: a driver that serves it from several threads holds `lock` around each call."""
 
-    def __init__(self, setup: EpisodeSetup, sandbox):
+    def __init__(self, setup: EpisodeSetup, sandbox: "Sandbox | EpisodeLease"):
         self.setup = setup
         self.rollout = setup.rollout
         self.sandbox = sandbox
@@ -111,7 +111,7 @@ class Episode:
 
     @property
     def label(self) -> str:
-        return getattr(self.sandbox, "label", "env.py")
+        return self.sandbox.label
 
     @property
     def tools(self) -> list:
@@ -124,7 +124,7 @@ class Episode:
     @property
     def observation_space(self) -> dict | None:
         """The description of its observations the environment reported (`observation_space`), if any."""
-        return getattr(self.sandbox, "observation_space", None)
+        return self.sandbox.observation_space
 
     @property
     def action_schema(self) -> dict | None:
@@ -143,12 +143,12 @@ _browser_pool = None
 _browser_pool_lock = threading.Lock()
 
 
-def browser_sandbox():
+def browser_sandbox() -> Sandbox:
     """A browser sandbox, from this process's pool of ones whose Chromium is already running
     (settings.BROWSER_POOL_SIZE; 0 starts each cold)."""
     from ..sandbox import ProcessSandbox
     from ..sandbox.pool import SandboxPool
-    from ..sandbox.process import BROWSER_CONFIG, BROWSER_WARM_CONFIG
+    from ..sandbox.config import BROWSER_CONFIG, BROWSER_WARM_CONFIG
 
     global _browser_pool
     size = int(getattr(settings, "BROWSER_POOL_SIZE", 0))
@@ -169,14 +169,14 @@ def close_browser_pool() -> None:
             _browser_pool = None
 
 
-def episode_sandbox(setup: EpisodeSetup):
+def episode_sandbox(setup: EpisodeSetup) -> "Sandbox | EpisodeLease":
     """The sandbox an episode of this set-up runs in: browser environments need Chromium, which only
     the process backend hosts; versions with `concurrent_sessions > 1` share runner processes;
     others get a sandbox of their own from the configured backend."""
     if setup.kind == "browser":
         if setup.python_path is not None:  # the warm pool imports from the studio's path
             from ..sandbox import ProcessSandbox
-            from ..sandbox.process import BROWSER_CONFIG
+            from ..sandbox.config import BROWSER_CONFIG
 
             return ProcessSandbox(setup.sandbox_config(BROWSER_CONFIG))
         return browser_sandbox()
@@ -216,16 +216,16 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     except SandboxError as exc:
         raise episode_fail(episode=episode, fault=fault_of(label, exc)) from None
     episode.observation = observation
-    episode.reset_info = getattr(sandbox, "reset_info", None) or {}
+    episode.reset_info = sandbox.reset_info or {}
     reset_info = arrays_store(rollout_id=rollout.pk, stem="reset-info", value=episode.reset_info)  # the row's form
     # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
-    setup.reproduction["tools"] = getattr(sandbox, "tools", None) or []
+    setup.reproduction["tools"] = sandbox.tools or []
     initial_observation = arrays_store(rollout_id=rollout.pk, stem="reset", value=observation)
     if setup.reproduction.get("driver") == "worker":
         episode.writer.set_initial(initial_observation, reset_info)  # stored by the first flush: no round trip of its own
     else:
         Rollout.objects.filter(pk=rollout.pk).update(initial_observation=initial_observation, reset_info=reset_info)
-    artifact = getattr(sandbox, "last_artifact", None)
+    artifact = sandbox.last_artifact
     if artifact:
         episode.artifact_url = artifact_url(artifact_store(rollout_id=rollout.pk, index=0, artifact=artifact, stem="reset"))
     return episode
@@ -255,7 +255,7 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
     if agent_record:
         info = {**info, "agent": agent_record} if isinstance(info, dict) else {"env_info": info, "agent": agent_record}
     terminated, truncated = bool(terminated), bool(truncated)
-    observation_error = getattr(sandbox, "observation_error", None)
+    observation_error = sandbox.observation_error
     if observation_error:
         # Over the version's observation limit: the step is recorded with the reason (the agent
         # cannot act without its observation), then the episode ends errored, saying why.
@@ -275,7 +275,7 @@ def episode_step(*, episode: Episode, action, agent_record: dict | None = None) 
         "info": info,
         "elapsed_ms": (time.perf_counter() - started) * 1000.0,
     }
-    artifact = getattr(sandbox, "last_artifact", None)
+    artifact = sandbox.last_artifact
     if artifact:
         step[ARTIFACT_KEY] = artifact
     writer.add(step)
@@ -299,16 +299,14 @@ def episode_reject_action(*, episode: Episode, action, reason: str, agent_record
 def episode_interrupt(*, episode: Episode, fault: EpisodeFault, sandboxes=()) -> None:
     """End the episode from another thread (a cancel) without waiting for the call it is in: its
     sandbox (and `sandboxes`, e.g. the agent's) are killed, so a hung step returns at once and the
-    driver ends the episode with `fault`. Sandboxes shared with other episodes are left running."""
+    driver ends the episode with `fault`. Sandboxes shared with other episodes are left running
+    (a lease's interrupt kills nothing: the episode ends at its next call)."""
     if episode.finished or episode.interruption is not None:
         return
     episode.interruption = fault
     for sandbox in (episode.sandbox, *sandboxes):
-        interrupt = getattr(sandbox, "interrupt", None)
-        if interrupt is None:
-            continue  # a shared runner process: this episode ends at its next call
         try:
-            interrupt()
+            sandbox.interrupt()
         except Exception:  # noqa: BLE001 - the driver still ends the episode at its next call
             logger.exception("interrupting a sandbox of rollout %s failed", episode.rollout.pk)
 
@@ -378,7 +376,7 @@ def _truncate_last_step(episode: Episode) -> None:
 def _end(episode: Episode, outcome: EpisodeOutcome) -> Rollout:
     episode.finished = True
     outcome.step_count, outcome.total_reward = episode.writer.step_count, episode.writer.total_reward
-    outcome.reproduction["sandbox"] = public_facts(getattr(episode.sandbox, "facts", {}) or {})
+    outcome.reproduction["sandbox"] = public_facts(episode.sandbox.facts or {})
     _close_sandbox(episode)
     return _write_final(episode.rollout, outcome)
 

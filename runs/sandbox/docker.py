@@ -5,14 +5,14 @@ Debian's interpreter, its standard library, numpy and Gymnasium; no shell), smal
 /tmp, /var/tmp and /dev/shm, memory (for the whole container), CPU and process-count limits in its
 cgroup, its own PID and IPC namespaces, no capabilities, no-new-privileges, and an init (`--init`)
 that reaps what user code forks. The runner and the SDK are bind-mounted read-only and nothing else
-of the host; the sandbox's workspace (the process backend's size-limited tmpfs, view.py) is mounted
-at /work.
+of the host; the sandbox's workspace (the same size-limited tmpfs as the process backend's, view.py)
+is mounted at /work.
 
-As root the container runs under the same per-sandbox uid slot as the process backend, so the
-runner's rlimits (RLIMIT_NPROC is per uid) bind each sandbox alone, and teardown can SIGKILL every
-process of the container from the host at once; `docker kill` is the fallback. stdin/stdout of
-`docker run -i` carry the protocol, stderr the sandbox's stderr, exactly as with a local process:
-everything above the spawn (calls, timeouts, crash reasons) is ProcessSandbox's.
+As root the container runs under a per-sandbox uid slot (the Sandbox base's step, as for the process
+backend), so the runner's rlimits (RLIMIT_NPROC is per uid) bind each sandbox alone, and teardown
+can SIGKILL every process of the container from the host at once; `docker kill` is the fallback.
+stdin/stdout of `docker run -i` carry the protocol, stderr the sandbox's stderr, exactly as with a
+local process: everything above the launch (calls, timeouts, crash reasons) is the base's (base.py).
 """
 
 import os
@@ -21,21 +21,9 @@ import subprocess
 import uuid
 
 from . import docker_image
-from .errors import SandboxError
-from .view import Workspace
-from .process import (
-    _LIBC,
-    DEFAULT_CONFIG,
-    MEMORY_HEADROOM_MB,
-    PR_SET_PDEATHSIG,
-    RUNNER_PATH,
-    SDK_PATH,
-    ProcessSandbox,
-    SandboxConfig,
-    SandboxLimits,
-    acquire_uid_slot,
-    kill_uid_processes,
-)
+from .base import IsolationLayers, Sandbox, die_with_parent
+from .config import DEFAULT_CONFIG, MEMORY_HEADROOM_MB, RUNNER_PATH, SDK_PATH, SandboxConfig, SandboxLimits
+from .uids import kill_uid_processes
 
 PROTOCOL_PATH = RUNNER_PATH.with_name("protocol.py")
 DOCKER = os.environ.get("STUDIO_DOCKER", "docker")
@@ -55,16 +43,12 @@ def sandbox_image(docker: str = DOCKER) -> str:
     return _image_cache[key]
 
 
-def _pdeathsig():
-    # The docker client dies with the worker; its stdin closing then ends the runner (EOF on the pipe).
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class DockerSandbox(ProcessSandbox):
-    """ProcessSandbox's interface and behaviour, with the runner in a locked-down container."""
+class DockerSandbox(Sandbox):
+    """A Sandbox whose runner is in a locked-down container (a sibling of ProcessSandbox)."""
 
     backend = "docker"
+    unswitched_note = "host is not root: the container runs as nobody and the workdir is world-writable"
+    unbounded_disk_note = "no size-limited workspace: what the sandbox writes to /work is not bounded"
 
     def __init__(self, config: SandboxConfig = DEFAULT_CONFIG, *, image: str | None = None, docker: str = DOCKER):
         super().__init__(config)
@@ -79,70 +63,48 @@ class DockerSandbox(ProcessSandbox):
             self._spawn_limits = limits if isinstance(limits, SandboxLimits) else SandboxLimits.from_dict(limits)
         return super().start(files, mode=mode, entrypoint=entrypoint, limits=limits)
 
-    def spawn(self) -> "DockerSandbox":
-        if self._proc is not None:
-            raise SandboxError("sandbox already started")
-        config = self.config
-        root = config.root
-        root.mkdir(mode=0o711, exist_ok=True)
-        self._check_root(root)
-        is_root = os.geteuid() == 0
-        notes, weak = [], []
-        try:
-            image = self.image or sandbox_image(self.docker)
-            self.image = image
-            if is_root:
-                self._slot = acquire_uid_slot(config)
-                self.uid = gid = self._slot.uid
-                self.uid_switched = True
-            else:
-                # The container still runs as nobody; the host-side workdir is opened up for it.
-                self.uid = gid = NOBODY
-                weak.append("uid_switch")
-                notes.append("host is not root: the container runs as nobody and the workdir is world-writable")
-            self.workspace = Workspace.create(root, uid=self.uid if is_root else None, quota_mb=config.disk_mb)
-            self.workdir = self.workspace.work
-            if self.workspace.quota_mb is None:
-                weak.append("disk_quota")
-                notes.append("no size-limited workspace: what the sandbox writes to /work is not bounded")
-            if not is_root:
-                os.chmod(self.workspace.path, 0o777)
-                os.chmod(self.workdir, 0o777)
-            self._refuse_if_weak(weak)
-            self.container = CONTAINER_PREFIX + uuid.uuid4().hex[:16]
-            argv = self._docker_argv(image, gid)
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env={"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")},
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=_pdeathsig,
-            )
-        except BaseException:
-            self._release()
-            raise
-        for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-            os.set_blocking(stream.fileno(), False)
-        self._stderr_open = True
-        self.facts = {
+    # -- spawn, step by step (the uid slot and the workspace are the base's) -------------------
+
+    def _prepare(self) -> None:
+        self.image = self.image or sandbox_image(self.docker)
+
+    def _unswitched_uid(self) -> int:
+        return NOBODY  # the container still runs as nobody; the host-side workdir is opened up for it
+
+    def _launch(self, layers: IsolationLayers) -> subprocess.Popen:
+        if not self.uid_switched:
+            os.chmod(self.workspace.path, 0o777)
+            os.chmod(self.workdir, 0o777)
+        self._refuse_if_weak(layers)
+        self.container = CONTAINER_PREFIX + uuid.uuid4().hex[:16]
+        return subprocess.Popen(
+            self._docker_argv(self.image, self.uid),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root")},
+            close_fds=True,
+            start_new_session=True,
+            # The docker client dies with the worker; its stdin closing then ends the runner (EOF on the pipe).
+            preexec_fn=die_with_parent,
+        )
+
+    def _spawn_facts(self, layers: IsolationLayers) -> dict:
+        return {
             "backend": self.backend,
             "uid": self.uid,
             "uid_switched": self.uid_switched,
-            "image": image,
+            "image": self.image,
             "container": self.container,
-            "notes": notes,
+            "notes": layers.notes,
             "isolation": {
                 "filesystem_view": True,
                 "pid_namespace": True,
                 "cgroup": "docker",
                 "disk_quota_mb": self.workspace.quota_mb,
-                "weak_layers": weak,
+                "weak_layers": layers.weak,
             },
         }
-        return self
 
     def _docker_argv(self, image: str, gid: int) -> list[str]:
         config = self.config
@@ -212,6 +174,8 @@ class DockerSandbox(ProcessSandbox):
             return []
         return [path for path in self.config.python_path if os.path.realpath(path) != os.path.realpath(SDK_PATH)]
 
+    # -- files, stderr, exits ---------------------------------------------------------------------
+
     def _write_files(self, files: dict) -> None:
         super()._write_files(files)
         if not self.uid_switched:
@@ -266,12 +230,7 @@ class DockerSandbox(ProcessSandbox):
                 proc.wait(timeout=5.0)
         if self.uid_switched and self.uid is not None:
             kill_uid_processes(self.uid)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self._stderr_open = False
+        self._close_pipes()
 
     def _docker_kill(self) -> None:
         if not self.container:
@@ -286,7 +245,5 @@ class DockerSandbox(ProcessSandbox):
         if returncode is not None and 128 < returncode < 128 + 65:
             returncode = -(returncode - 128)
         elif returncode in (125, 126, 127):
-            last = [line for line in self.stderr_tail().splitlines() if line.strip()]
-            detail = last[-1][-300:] if last else f"exit status {returncode}"
-            return f"the container did not start ({detail})"
+            return f"the container did not start ({self._last_stderr_line() or f'exit status {returncode}'})"
         return super()._describe_exit(returncode, killed_by_us)

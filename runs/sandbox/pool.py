@@ -1,7 +1,8 @@
 """A pool of pre-warmed runner processes: interpreter started (and chosen modules imported) ahead of
 time, each waiting for `load`, so a rollout skips Python's start-up. Every sandbox is used once."""
 
-from .process import DEFAULT_CONFIG, ProcessSandbox, SandboxConfig, SandboxLimits
+from .config import DEFAULT_CONFIG, SandboxConfig, SandboxLimits
+from .process import ProcessSandbox
 
 
 class SandboxPool:

@@ -1,8 +1,9 @@
 """Shared-sandbox episodes: up to N episodes of one version in one sandbox process (environment.toml
 `concurrent_sessions = N`), each with its own instance of the entrypoint class inside the runner.
 
-`SharedSandbox` owns one loaded env-mode sandbox and hands out `EpisodeLease`s, which have the
-interface episode code uses on a started ProcessSandbox (reset, step, verify, close, tools, label...).
+`SharedSandbox` owns one loaded env-mode sandbox and hands out `EpisodeLease`s, which present what
+the episode service reads of any Sandbox (base.EPISODE_SURFACE: reset, step, verify, close,
+interrupt, facts, tools, label...).
 The runner answers one request at a time, so calls from many threads take turns on one lock. A call
 over its timeout kills the process (the runner cannot be interrupted), and a dead process ends every
 lease of it with the reason; other processes carry on. `SharedSandboxes` is the registry: it finds a
@@ -32,7 +33,7 @@ from typing import Any
 
 from .backends import sandbox_for
 from .errors import SandboxCrashed, SandboxError, SandboxTimeout, UserCodeError
-from .process import DEFAULT_CONFIG, SandboxConfig, SandboxLimits, StepResult
+from .config import DEFAULT_CONFIG, SandboxConfig, SandboxLimits, StepResult
 
 logger = logging.getLogger(__name__)
 
@@ -239,16 +240,16 @@ class SharedSandbox:
 
 
 class EpisodeLease:
-    """One episode's slot in a SharedSandbox, used like a ProcessSandbox in env mode.
+    """One episode's slot in a SharedSandbox, used like an env-mode Sandbox (base.EPISODE_SURFACE).
 
     From `SharedSandboxes.lease()` (or `SharedSandbox.lease()`) it comes started; from
     `SharedSandboxes.sandbox()` it comes unstarted, and `start(files, mode="env", entrypoint=..., limits=...)`
-    takes the slot, as ProcessSandbox.start loads a process (`spawn()` is a no-op: shared processes
+    takes the slot, as Sandbox.start loads a process (`spawn()` is a no-op: shared processes
     are spawned on a thread of their own).
 
     Time limits are the episode's own: each call has step_timeout_s (verify its `timeout`), and the
     episode deadline (episode_timeout_s from reset; lifted by verify(timeout=...) or by setting
-    `_episode_deadline = None`, as on a ProcessSandbox) is checked before and after each call. A call
+    `_episode_deadline = None`, as on a Sandbox) is checked before and after each call. A call
     cannot be cut short without killing the process, so a lease past its deadline mid-call hears of
     it when the call ends.
     """
@@ -295,7 +296,7 @@ class EpisodeLease:
 
     @property
     def label(self) -> str:
-        """The environment's file ("env.py"), as in a ProcessSandbox's messages."""
+        """The environment's file ("env.py"), as in a Sandbox's messages."""
         return self.group.sandbox.label if self.group is not None else "sandbox"
 
     @property
@@ -348,6 +349,10 @@ class EpisodeLease:
         result = self.group.request(self, "verify", timeout if timeout is not None else self.limits.step_timeout_s)
         self._check_deadline("verify")
         return result["reward"], result["reason"]
+
+    def interrupt(self) -> None:
+        """A cancel from another thread kills nothing here: the process serves other episodes too.
+        This episode ends at its next call, when its driver sees the interruption."""
 
     def close(self) -> None:
         """End the episode and free its slot (its environment instance too); closing twice is fine."""
@@ -402,7 +407,7 @@ class SharedSandboxes:
         self, *, key: SharedKey, capacity: int, backend: str = "process", episode: str | None = None,
         config: SandboxConfig | None = None,
     ) -> EpisodeLease:
-        """An unstarted lease, to use as an unstarted ProcessSandbox: its `start(files, mode="env",
+        """An unstarted lease, to use as an unstarted Sandbox: its `start(files, mode="env",
         entrypoint=..., limits=...)` takes a slot in a process of this key with room, or starts one."""
         if not isinstance(key, SharedKey):
             raise TypeError("key must be a SharedKey (a process only ever serves one version of one team)")

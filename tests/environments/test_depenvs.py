@@ -23,7 +23,7 @@ from tests.environments.depenv_support import (  # noqa: F401 - fixtures
     bare_trajectory, build, commit, deps, depenv_root, package_files, plugin_wheels, stored_plain,
 )
 from tests.processes import free_port
-from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - fixture: skips without an engine
+from tests.runs.conftest import docker_image_name  # noqa: F401 - fixture: skips without an engine
 from tests.runs.rollout_factories import play_one, scripted_agent
 
 PLUGIN = "studio-counter-plugin==1.0.0"

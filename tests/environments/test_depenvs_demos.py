@@ -9,7 +9,7 @@ from environments.models import DependencyStatus
 from tests.environments.depenv_support import (  # noqa: F401 - fixtures
     bare_trajectory, build, deps, depenv_root, plugin_wheels, stored_plain,
 )
-from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - fixture: skips without an engine
+from tests.runs.conftest import docker_image_name  # noqa: F401 - fixture: skips without an engine
 from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, random_agent, scripted_agent
 
 

@@ -14,7 +14,6 @@ import pytest
 from runs.sandbox import SandboxCrashed, SandboxLimits, UserCodeError
 from runs.sandbox.backends import sandbox_for
 from tests.runs.conftest import assert_no_processes_of
-from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - the docker fixture
 
 REPO = Path(__file__).resolve().parents[2]
 GUESS_NUMBER = REPO / "environments" / "demo_packages" / "guess_number"
@@ -35,13 +34,6 @@ ATTEMPT = textwrap.dedent(
             return handle.read(64)
     """
 )
-
-
-@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request):
-    if request.param == "docker":
-        request.getfixturevalue("docker_image_name")
-    return request.param
 
 
 @pytest.fixture

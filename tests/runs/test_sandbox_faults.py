@@ -1,22 +1,37 @@
-"""What untrusted environment and agent code can do to a sandbox, and what it cannot do to the host."""
+"""What untrusted environment and agent code can do to a sandbox, and what it cannot do to the host.
+
+Each fault case runs on every backend (`backend`, `start_backend_sandbox`: process, and docker where
+an engine answers); the ones that only concern the process backend use `start_sandbox`."""
 
 import os
 import socket
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from runs.sandbox import SandboxCrashed, SandboxTimeout, UserCodeError
-from runs.sandbox.process import _uid_processes
+from runs.sandbox.uids import uid_processes
+from tests.runs.conftest import assert_container_gone
 
 IS_ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="uid switch and network namespace need root")
+ALLOWED_ENV = {
+    "PATH", "LANG", "HOME", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
+    "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LC_CTYPE",
+}
 
 
-def test_normal_episode_runs_to_termination_and_verifies(start_sandbox, counter_env):
-    sandbox = start_sandbox({"env.py": counter_env}, entrypoint="env:Counter")
+def skip_process_unless_root(backend: str) -> None:
+    """The process backend needs root for the uid switch and its own network namespace; docker does not."""
+    if backend == "process" and not IS_ROOT:
+        pytest.skip("uid switch and network namespace need root")
+
+
+def test_normal_episode_runs_to_termination_and_verifies(start_backend_sandbox, counter_env):
+    sandbox = start_backend_sandbox({"env.py": counter_env}, entrypoint="env:Counter")
     assert sandbox.reset({"id": "t1", "goal": 3}, seed=7) == {"n": 0, "goal": 3}
     steps = [sandbox.step(1) for _ in range(3)]
     assert [step.observation for step in steps] == [{"n": 1}, {"n": 2}, {"n": 3}]
@@ -27,18 +42,21 @@ def test_normal_episode_runs_to_termination_and_verifies(start_sandbox, counter_
     assert sandbox.verify() == (1.0, "n=3, goal=3")
 
 
-def test_facts_record_versions_limits_and_isolation(start_sandbox, counter_env):
-    sandbox = start_sandbox({"env.py": counter_env}, entrypoint="env:Counter", memory_mb=300)
+def test_facts_record_versions_limits_and_isolation(start_backend_sandbox, backend, counter_env, request):
+    sandbox = start_backend_sandbox({"env.py": counter_env}, entrypoint="env:Counter", memory_mb=300)
     facts = sandbox.facts
-    assert facts["backend"] == "process"
+    assert facts["backend"] == backend
     assert facts["python"].startswith("3.11")
     assert facts["numpy"] and facts["gymnasium"]
     assert facts["limits"]["memory_mb"] == 300
     assert facts["limits"]["applied"]["memory_mb"] == 300
     assert facts["network_isolated"] is sandbox.network_isolated
-    if IS_ROOT:
+    if backend == "docker":
+        assert facts["image"] == request.getfixturevalue("docker_image_name") and facts["container"] == sandbox.container
+    if IS_ROOT or backend == "docker":  # a container runs as nobody and without a network when not root
         assert facts["uid"] != 0 and facts["uid"] == sandbox.uid
         assert sandbox.network_isolated is True
+    assert sandbox.alive
 
 
 def test_exception_in_reset_is_readable_with_file_and_line(start_sandbox, assert_fresh_sandbox_works, env_source):
@@ -56,7 +74,7 @@ def test_exception_in_reset_is_readable_with_file_and_line(start_sandbox, assert
     assert_fresh_sandbox_works()
 
 
-def test_exception_in_step_is_readable_and_the_sandbox_keeps_going(start_sandbox, env_source):
+def test_exception_in_step_is_readable_and_the_sandbox_keeps_going(start_backend_sandbox, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -68,7 +86,7 @@ def test_exception_in_step_is_readable_and_the_sandbox_keeps_going(start_sandbox
             return action, 0.0, False, False, {}
         """
     )
-    sandbox = start_sandbox({"env.py": source})
+    sandbox = start_backend_sandbox({"env.py": source})
     sandbox.reset({"id": "t"}, seed=0)
     with pytest.raises(UserCodeError, match=r"^KeyError: 'negative' \(env.py line 11\)$"):
         sandbox.step(-1)
@@ -103,7 +121,7 @@ def test_syntax_error_in_env_names_the_line(start_sandbox):
         start_sandbox({"env.py": "class Env:\n    def reset(self\n"})
 
 
-def test_infinite_loop_in_step_times_out_and_the_process_is_killed(start_sandbox, assert_fresh_sandbox_works, env_source):
+def test_infinite_loop_in_step_times_out_and_the_process_is_killed(start_backend_sandbox, assert_fresh_backend_works, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -114,15 +132,19 @@ def test_infinite_loop_in_step_times_out_and_the_process_is_killed(start_sandbox
                 pass
         """
     )
-    sandbox = start_sandbox({"env.py": source}, step_timeout_s=0.5)
+    sandbox = start_backend_sandbox({"env.py": source}, step_timeout_s=0.5)
     sandbox.reset({"id": "t"}, seed=0)
-    pid = sandbox.pid
+    pid, container = sandbox.pid, sandbox.facts.get("container")  # docker: the pid of the `docker run` client
+    started = time.monotonic()
     with pytest.raises(SandboxTimeout, match=r"^env.py step\(\) did not answer within 0.5 s$"):
         sandbox.step(0)
+    assert time.monotonic() - started < 5
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    if container:
+        assert_container_gone(container)
     with pytest.raises(SandboxCrashed, match="no longer running"):
         sandbox.step(0)
-    assert_fresh_sandbox_works()
+    assert_fresh_backend_works()
 
 
 def test_episode_timeout_bounds_the_whole_episode(start_sandbox, env_source):
@@ -143,7 +165,7 @@ def test_episode_timeout_bounds_the_whole_episode(start_sandbox, env_source):
             sandbox.step(0)
 
 
-def test_cpu_limit_kills_a_busy_sandbox_with_a_readable_reason(start_sandbox, env_source):
+def test_cpu_limit_kills_a_busy_sandbox_with_a_readable_reason(start_backend_sandbox, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -154,13 +176,13 @@ def test_cpu_limit_kills_a_busy_sandbox_with_a_readable_reason(start_sandbox, en
                 pass
         """
     )
-    sandbox = start_sandbox({"env.py": source}, step_timeout_s=20, cpu_s=1)
+    sandbox = start_backend_sandbox({"env.py": source}, step_timeout_s=20, cpu_s=1)
     sandbox.reset({"id": "t"}, seed=0)
     with pytest.raises(SandboxCrashed, match=r"CPU time \(cpu_s=1\).*SIGXCPU"):
         sandbox.step(0)
 
 
-def test_memory_bomb_is_stopped_with_a_readable_reason(start_sandbox, assert_fresh_sandbox_works, env_source):
+def test_memory_bomb_is_stopped_with_a_readable_reason(start_backend_sandbox, assert_fresh_backend_works, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -172,14 +194,14 @@ def test_memory_bomb_is_stopped_with_a_readable_reason(start_sandbox, assert_fre
                 hoard.append(bytearray(16 * 1024 * 1024))
         """
     )
-    sandbox = start_sandbox({"env.py": source}, memory_mb=256)
+    sandbox = start_backend_sandbox({"env.py": source}, memory_mb=256)
     sandbox.reset({"id": "t"}, seed=0)
     with pytest.raises((UserCodeError, SandboxCrashed), match=r"memory_mb=256"):
         sandbox.step(0)
-    assert_fresh_sandbox_works()
+    assert_fresh_backend_works()
 
 
-def test_sandbox_dying_mid_step_is_reported_with_its_exit(start_sandbox, env_source):
+def test_sandbox_dying_mid_step_is_reported_with_its_exit(start_backend_sandbox, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -193,11 +215,11 @@ def test_sandbox_dying_mid_step_is_reported_with_its_exit(start_sandbox, env_sou
             ctypes.string_at(0)
         """
     )
-    sandbox = start_sandbox({"env.py": source})
+    sandbox = start_backend_sandbox({"env.py": source})
     sandbox.reset({"id": "t"}, seed=0)
     with pytest.raises(SandboxCrashed, match=r"^env.py step\(\): sandbox exited with status 3; last stderr line: bye$"):
         sandbox.step("exit")
-    sandbox = start_sandbox({"env.py": source})
+    sandbox = start_backend_sandbox({"env.py": source})
     sandbox.reset({"id": "t"}, seed=0)
     with pytest.raises(SandboxCrashed, match=r"sandbox exited with signal SIGSEGV"):
         sandbox.step("segfault")
@@ -226,22 +248,38 @@ def step(self, action):
 """
 
 
-@needs_root
-def test_fork_bomb_is_capped_and_leaves_no_process_behind(start_sandbox, assert_fresh_sandbox_works, env_source):
-    sandbox = start_sandbox({"env.py": env_source(FORK_BOMB)}, nproc=16, step_timeout_s=5)
+def test_fork_bomb_is_capped_and_leaves_no_process_behind(start_backend_sandbox, backend, assert_fresh_backend_works, env_source):
+    skip_process_unless_root(backend)
+    sandbox = start_backend_sandbox({"env.py": env_source(FORK_BOMB)}, nproc=16, step_timeout_s=5)
     sandbox.reset({"id": "t"}, seed=0)
     observation = sandbox.step(0).observation
     assert observation["forked"] < 16
     assert observation["error"] == "Resource temporarily unavailable"
-    uid = sandbox.uid
-    assert _uid_processes(uid)[0], "the bomb's processes should be alive until close"
+    uid, container = sandbox.uid, sandbox.facts.get("container")
+    if sandbox.uid_switched:  # a container without root runs as nobody: no uid of its own to count
+        assert uid_processes(uid)[0], "the bomb's processes should be alive until close"
     sandbox.close()
-    live, _zombies = _uid_processes(uid)
-    assert live == []
-    assert_fresh_sandbox_works()
+    if sandbox.uid_switched:
+        if backend == "process":
+            assert uid_processes(uid)[0] == []
+        else:
+            assert_no_processes_within(uid, seconds=5)
+    if container:
+        assert_container_gone(container)
+    assert_fresh_backend_works()
 
 
-def test_huge_file_write_fails_on_the_file_size_limit(start_sandbox, assert_fresh_sandbox_works, env_source):
+def assert_no_processes_within(uid: int, *, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        live, zombies = uid_processes(uid)
+        if not live and not zombies:
+            return
+        assert time.monotonic() < deadline, f"sandbox uid {uid} still has {live} live and {zombies} zombie processes"
+        time.sleep(0.05)
+
+
+def test_huge_file_write_fails_on_the_file_size_limit(start_backend_sandbox, assert_fresh_backend_works, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -251,13 +289,13 @@ def test_huge_file_write_fails_on_the_file_size_limit(start_sandbox, assert_fres
             return os.path.getsize("big.bin")
         """
     )
-    sandbox = start_sandbox({"env.py": source}, fsize_mb=16)
+    sandbox = start_backend_sandbox({"env.py": source}, fsize_mb=16)
     with pytest.raises(UserCodeError, match=r"File too large"):
         sandbox.reset({"id": "t"}, seed=0)
-    assert_fresh_sandbox_works()
+    assert_fresh_backend_works()
 
 
-def test_garbage_on_stdout_does_not_disturb_the_protocol(start_sandbox, env_source):
+def test_garbage_on_stdout_does_not_disturb_the_protocol(start_backend_sandbox, env_source):
     source = env_source(
         """
         def reset(self, task, seed):
@@ -272,14 +310,14 @@ def test_garbage_on_stdout_does_not_disturb_the_protocol(start_sandbox, env_sour
             return "still real", 0.0, True, False, {}
         """
     )
-    sandbox = start_sandbox({"env.py": source})
+    sandbox = start_backend_sandbox({"env.py": source})
     assert sandbox.reset({"id": "t"}, seed=0) == "real"
     assert "hello from reset" in sandbox.stderr_tail()
     assert sandbox.step(0).observation == "still real"
     assert sandbox.stderr_tail().endswith("x" * 1000 + "\n")
 
 
-def test_host_secrets_do_not_reach_the_sandbox_environment(start_sandbox, monkeypatch, env_source):
+def test_host_secrets_do_not_reach_the_sandbox_environment(start_backend_sandbox, monkeypatch, env_source):
     monkeypatch.setenv("DATABASE_URL", "postgres://studio:hunter2@db/studio")
     monkeypatch.setenv("SECRET_KEY", "django-insecure-secret")
     monkeypatch.setenv("REDIS_URL", "redis://localhost:6379/0")
@@ -289,18 +327,15 @@ def test_host_secrets_do_not_reach_the_sandbox_environment(start_sandbox, monkey
             return dict(os.environ)
         """
     )
-    sandbox = start_sandbox({"env.py": source})
+    sandbox = start_backend_sandbox({"env.py": source})
     seen = sandbox.reset({"id": "t"}, seed=0)
     assert "DATABASE_URL" not in seen and "SECRET_KEY" not in seen and "REDIS_URL" not in seen
     assert "hunter2" not in repr(seen)
-    assert set(seen) <= {
-        "PATH", "LANG", "HOME", "TMPDIR", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
-        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "LC_CTYPE",
-    }
+    assert set(seen) <= ALLOWED_ENV, set(seen) - ALLOWED_ENV
 
 
-@needs_root
-def test_network_connection_to_the_host_is_refused(start_sandbox, env_source):
+def test_network_connection_to_the_host_is_refused(start_backend_sandbox, backend, env_source):
+    skip_process_unless_root(backend)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
@@ -312,21 +347,41 @@ def test_network_connection_to_the_host_is_refused(start_sandbox, env_source):
             import socket
             try:
                 socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
-                return "connected"
+                connect = "connected"
             except OSError as exc:
-                return type(exc).__name__ + ": " + str(exc)
+                connect = type(exc).__name__ + ": " + str(exc)
+            return {{"connect": connect, "interfaces": sorted(name for _index, name in socket.if_nameindex())}}
         """
     )
     try:
-        sandbox = start_sandbox({"env.py": source})
+        sandbox = start_backend_sandbox({"env.py": source})
         assert sandbox.network_isolated is True
-        result = sandbox.reset({"id": "t"}, seed=0)
-        assert result != "connected"
-        assert "unreachable" in result.lower() or "refused" in result.lower()
+        seen = sandbox.reset({"id": "t"}, seed=0)
+        assert seen["connect"] != "connected"
+        assert "unreachable" in seen["connect"].lower() or "refused" in seen["connect"].lower()
+        assert seen["interfaces"] == ["lo"]  # no route anywhere: nothing leaves the sandbox
         with pytest.raises(socket.timeout):
             listener.accept()
     finally:
         listener.close()
+
+
+@needs_root
+def test_sandboxes_get_their_own_uids(start_backend_sandbox, counter_env):
+    first = start_backend_sandbox({"env.py": counter_env}, entrypoint="env:Counter")
+    second = start_backend_sandbox({"env.py": counter_env}, entrypoint="env:Counter")
+    assert first.uid != second.uid
+    assert first.facts["uid"] == first.uid and second.facts["uid"] == second.uid
+
+
+def test_scripted_agent_acts_in_its_own_sandbox(start_backend_sandbox):
+    agent = start_backend_sandbox(
+        {"agent.py": textwrap.dedent("def act(observation, info):\n    return observation['n'] + 1\n")},
+        mode="agent",
+        entrypoint="agent",
+    )
+    agent.reset({"id": "t"}, seed=0)
+    assert agent.act({"n": 41}) == 42
 
 
 @needs_root
@@ -431,7 +486,7 @@ def test_a_killed_workers_workspace_and_cgroup_are_removed_when_its_uid_is_taken
     import time
 
     from runs.sandbox import SandboxConfig
-    from runs.sandbox.process import acquire_uid_slot, sweep_stale_sandboxes
+    from runs.sandbox.uids import acquire_uid_slot, sweep_stale_sandboxes
 
     script = textwrap.dedent(
         f"""

@@ -227,9 +227,9 @@ def test_agent_without_act_fails_to_load(start_sandbox):
         start_sandbox({"agent.py": "def reset(task, seed): pass\n"}, mode="agent", entrypoint="agent")
 
 
-def test_gymnasium_entrypoint_matches_gymnasium_itself(start_sandbox):
+def test_gymnasium_entrypoint_matches_gymnasium_itself(start_backend_sandbox):
     gymnasium = pytest.importorskip("gymnasium")
-    sandbox = start_sandbox({}, entrypoint="gymnasium:FrozenLake-v1")
+    sandbox = start_backend_sandbox({}, entrypoint="gymnasium:FrozenLake-v1")
     env = gymnasium.make("FrozenLake-v1")
     expected_observation, _info = env.reset(seed=5)
     assert sandbox.reset({"id": "t"}, seed=5) == int(expected_observation)

@@ -12,9 +12,7 @@ import pytest
 from runs.sandbox import SandboxCrashed, SandboxError, SandboxLimits, SandboxTimeout, UserCodeError
 from runs.sandbox.shared import SharedKey, SharedSandbox, SharedSandboxes, SharedSandboxFull
 
-from runs.sandbox.backends import BACKENDS
 from tests.runs.conftest import COUNTER_ENV, assert_no_processes_of
-from tests.runs.test_sandbox_docker import docker_image_name  # noqa: F401 - the fixture: skips without an engine
 
 # Counter, plus: a step that raises, one that hangs, one that kills the process, and a count of
 # the instances alive in the process (made at load or at an episode's first reset, minus closed).
@@ -99,10 +97,7 @@ def test_two_leases_in_one_process_keep_separate_state(registry):
     assert facts["mode"] == "env" and facts["entrypoint"] == "env:Shared" and "network_isolated" in facts
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_leases_share_one_sandbox_on_every_backend(registry, backend, request):
-    if backend == "docker":
-        request.getfixturevalue("docker_image_name")
+def test_leases_share_one_sandbox_on_every_backend(registry, backend):
     first, second = registry.lease(backend=backend), registry.lease(backend=backend)
     assert first.group is second.group and first.backend == backend
     first.reset({"id": "t", "goal": 1}, seed=0)
