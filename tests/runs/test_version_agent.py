@@ -3,10 +3,13 @@ by the API (`"agent": "version"`) and run_rollouts (`--agent version`); New run'
 tests/browser/test_version_agent.py."""
 import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
 
+from environments import services as env_services
 from runs.models import Run
 
 from rollout_factories import DEMO_DIR, IDLE_ENV_PY, demo_version, package_version, play_run
@@ -53,3 +56,20 @@ def test_run_rollouts_runs_the_versions_own_agent(team, owner):
     bare = package_version(team, owner, "bare", IDLE_ENV_PY)
     with pytest.raises(CommandError, match="bare@1 ships no agent"):
         call_command("run_rollouts", bare.label, "--team", team.slug, "--agent", "version", stdout=io.StringIO())
+
+
+def test_the_worked_example_of_docs_agents_md_runs_as_it_says(team, owner, owner_api):
+    """docs/agents.md's Lift package, taken from the page's own code blocks."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+    blocks = {block.splitlines()[0]: block for block in re.findall(r"```(?:toml|python)\n(.*?)```", text, re.S)}
+    files = {"environment.toml": blocks["# environment.toml"], "env.py": blocks[next(k for k in blocks if k.startswith("# env.py"))],
+             "agent.py": blocks[next(k for k in blocks if k.startswith("# agent.py"))],
+             "tasks.jsonl": '{"id": "f3", "difficulty": 1, "floor": 3}\n'}
+    env = env_services.environment_create(team=team, actor=owner, name="Lift", slug="lift", files=files)
+    env_services.version_commit(environment=env, actor=owner, message="docs", files=files)
+    r = owner_api.post("/runs", {"version": "lift@1", "agent": "version"})
+    assert r.status_code == 201, r.json()
+    (rollout,) = play_run(Run.objects.get(pk=r.json()["id"]))
+    assert (rollout.status, rollout.step_count) == ("succeeded", 4), rollout.error
+    assert list(rollout.steps.order_by("index").values_list("action", flat=True)) == [1, 1, 1, 0]
+    assert rollout.reproduction["action_names"] == {"0": "OPEN", "1": "UP", "2": "DOWN"}
