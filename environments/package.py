@@ -27,6 +27,7 @@ from packaging.utils import canonicalize_name
 from studio.inputs import MAX_JSON_DEPTH, InputProblem, json_parse, json_problem, text_problem
 
 from .action_surface import action_space_problems, surface_warnings
+from environments.sdk.studio_sdk import ACTION_NAME_MAX, ACTION_SPACE_LIMITS
 
 MAX_ARCHIVE_BYTES = 20 * 1024 * 1024
 MAX_ARCHIVE_FILES = 2000
@@ -54,6 +55,8 @@ OBSERVATION_MB_RANGE = (0.001, 256)
 # How a rollout counts as a success ([success] in environment.toml): one of these rules, or none for
 # the default (the verifier's reward > 0, or the total reward > 0 when there is no verifier).
 SUCCESS_RULES = ("verifier_at_least", "return_at_least")
+# [actions]: what a discrete space's actions are called and which keyboard key plays each (play mode).
+ACTIONS_KEYS = ("names", "keys")
 DEFAULT_MAX_STEPS = 200
 DEFAULT_HIDDEN_TASK_FIELDS = ["answer", "solution"]
 MEMORY_MB_RANGE = (64, 8192)
@@ -324,6 +327,13 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
         problem("stochastic", "quality.stochastic must list task ids, or give each task id the oracle pass rate"
                 " expected at least (a number from 0 to 1)", "quality")
 
+    actions = raw.get("actions", {})
+    if not isinstance(actions, dict):
+        problem("actions", "'actions' must be a table ([actions])")
+    else:
+        for reason, key in actions_problems(actions):
+            problem(key, reason, "actions")
+
     text_answer = raw.get("text_answer")
     if text_answer is not None and not (isinstance(text_answer, str) and re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)?", text_answer)):
         # A model's reply in plain text becomes a call of this tool (its "argument", or its first text argument).
@@ -338,6 +348,34 @@ def _check_manifest(files: dict[str, str]) -> tuple[dict | None, list[PackagePro
     manifest["hidden_task_fields"] = list(hidden)
     manifest["success"] = {key: float(value) for key, value in raw.get("success", {}).items()}
     return manifest, []
+
+
+def actions_problems(actions: dict) -> list[tuple[str, str]]:
+    """(reason, key) for each problem of [actions]: `names` (a discrete space's actions by name, from
+    its `start`, in place of the environment's own names) and `keys` (keyboard key -> an action's name
+    or number, for play)."""
+    found = []
+    unknown = sorted(set(actions) - set(ACTIONS_KEYS))
+    if unknown:
+        found.append((f"[actions] knows {' and '.join(ACTIONS_KEYS)}, not {', '.join(map(repr, unknown))}", unknown[0]))
+    names = actions.get("names")
+    if names is not None and not (
+        isinstance(names, list) and 0 < len(names) <= ACTION_SPACE_LIMITS["values"] and len(set(map(str, names))) == len(names)
+        and all(isinstance(name, str) and 0 < len(name) <= ACTION_NAME_MAX for name in names)
+    ):
+        found.append((f"actions.names must be a list of distinct names of 1 to {ACTION_NAME_MAX} characters", "names"))
+    keys = actions.get("keys")
+    if keys is not None:
+        if not isinstance(keys, dict) or not all(isinstance(key, str) and 0 < len(key) <= 20 for key in keys):
+            found.append(('actions.keys must be a table of keyboard keys, e.g. { ArrowUp = "UP", Space = "FIRE" }', "keys"))
+        else:
+            named = set(names) if isinstance(names, list) else None
+            for key, action in keys.items():
+                if isinstance(action, bool) or not isinstance(action, (int, str)):
+                    found.append((f"actions.keys.{key} must be an action's name or number, not {action!r}", "keys"))
+                elif isinstance(action, str) and named is not None and action not in named:
+                    found.append((f"actions.keys.{key} names {action!r}, which is not in actions.names", "keys"))
+    return found
 
 
 def _manifest_value_problem(raw: dict) -> str | None:

@@ -17,12 +17,29 @@ from .sandbox import DEFAULT_CONFIG, Sandbox, SandboxConfig, SandboxError, Sandb
 from .sandbox.backends import sandbox_for
 
 SCRIPTED_AGENT_FILE = "agent.py"
+# The reference a run gives (New run's choice, the API's `"agent": "version"`, `run_rollouts --agent
+# version`) for the scripted agent its own version ships (version_agent_file).
+VERSION_AGENT = "version"
 
 
 def code_hash(code: str) -> str:
     """sha256 of an agent's code; "" for an agent with no code (random, model, human), never the hash
     of the empty string dressed up as the hash of some code."""
     return hashlib.sha256(code.encode("utf-8")).hexdigest() if code else ""
+
+
+def oracle_path(version) -> str:
+    """The package's reference solution: oracle.py, or the file `[quality] oracle` names."""
+    return str((version.manifest.get("quality") or {}).get("oracle") or "oracle.py")
+
+
+def version_agent_file(version) -> str | None:
+    """The scripted agent a version ships, run as any scripted agent (in an agent sandbox of its own):
+    the file `[quality] oracle` names, else agent.py, else oracle.py; None when it ships none."""
+    for path in (oracle_path(version), SCRIPTED_AGENT_FILE, "oracle.py"):
+        if path in version.files:
+            return path
+    return None
 
 
 # The agent module of a random agent's sandbox: the SDK's sampler, nothing of the worker.

@@ -10,7 +10,7 @@ from . import figures, selectors, services
 from .artifacts import arrays_public
 from .review.selectors import visible_labels
 from .seeds import parse_seeds
-from .models import AgentKind, Run
+from .models import Run
 from .schemas import (
     AgentDetailOut,
     AgentIn,
@@ -87,12 +87,7 @@ def create_run(request, payload: RunIn):
     """Start a run: one rollout per task x seed x repeat, each a Celery task."""
     require(request, "run")
     version = version_by_label(team=request.team, label=payload.version)
-    agent = selectors.agent_by_reference(team=request.team, reference=payload.agent)
-    if agent is None and payload.agent == "random":
-        agent = services.agent_get_or_create(team=request.team, actor=request.user, name="random", kind=AgentKind.RANDOM)
-    if agent is None:
-        raise services.InvalidRun(
-            f"No agent {payload.agent!r} in this team; use 'random', an agent's name or an agent id.", field="agent")
+    agent = services.agent_for_run(team=request.team, actor=request.user, version=version, reference=payload.agent)
     if isinstance(payload.seeds, str):
         try:
             seeds = parse_seeds(payload.seeds)

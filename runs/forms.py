@@ -1,7 +1,9 @@
+"""The forms of the runs pages: agents, New run and play's start."""
 from django import forms
 
 from environments.package import LIMIT_MAXIMA
 
+from .agents import VERSION_AGENT, version_agent_file
 from .models import AgentKind
 from .seeds import SEED_MAX, SEEDS_HELP, parse_seeds
 
@@ -62,9 +64,18 @@ class RunForm(forms.Form):
     episode_timeout_s = forms.FloatField(min_value=0.1, max_value=LIMIT_MAXIMA["episode_timeout_s"], required=False, label="Episode timeout (seconds)", help_text="Default: the manifest's limits.episode_timeout_s.")
     reviews_required = forms.IntegerField(min_value=1, max_value=10, initial=1, help_text="Independent reviews per rollout.")
 
-    def __init__(self, *args, agents=(), **kwargs):
+    def __init__(self, *args, agents=(), version=None, **kwargs):
+        """`version`: the chosen one, whose own agent is offered by its file's name (and not at all when
+        it ships none); without one, the choice is offered and the run's start checks it (an error beside
+        the field, as when the form asks it of a version that ships none)."""
         super().__init__(*args, **kwargs)
-        self.fields["agent"].choices = [("random", "Random (built in)")] + [(str(a.pk), f"{a.name} ({a.kind})") for a in agents]
+        choices = [("random", "Random (built in)")]
+        shipped = version_agent_file(version) if version is not None else "agent.py"
+        if shipped:
+            choices.append((VERSION_AGENT, f"This version's agent ({shipped}, scripted)"))
+        elif self.data.get("agent") == VERSION_AGENT:
+            choices.append((VERSION_AGENT, "This version's agent (it ships none)"))
+        self.fields["agent"].choices = choices + [(str(a.pk), f"{a.name} ({a.kind})") for a in agents]
 
     def clean_seeds(self):
         try:

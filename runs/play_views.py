@@ -13,6 +13,7 @@ from studio.errors import DomainError
 from studio.middleware import checks_its_own_form_fields
 
 from . import play as play_service
+from .action_names import play_controls
 from .forms import PlayForm
 
 ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "done")
@@ -71,20 +72,11 @@ def play_page(request, play_id):
     except DomainError as exc:
         messages.error(request, str(exc))
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
+    controls = play_controls(manifest=play.rollout.run.environment_version.manifest, action_space=play.action_space)
     return render(request, "runs/play.html", {
-        "play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout, "discrete_actions": _discrete_actions(play.action_space),
+        "play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout, "controls": controls,
         "action_space_json": json.dumps(play.action_space) if play.action_space else "",
     })
-
-
-def _discrete_actions(space) -> range | None:
-    """The actions of a small discrete space, offered as buttons (others are typed as JSON)."""
-    if not isinstance(space, dict) or space.get("type") != "discrete":
-        return None
-    n, start = space.get("n"), space.get("start", 0)
-    if not isinstance(n, int) or not isinstance(start, int) or not 0 < n <= 32:
-        return None
-    return range(start, start + n)
 
 
 @team_view("run")

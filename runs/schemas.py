@@ -38,7 +38,8 @@ class AgentDetailOut(AgentOut):
 
 class RunIn(Schema):
     version: str = Field(..., description="slug@N", pattern=r"^[a-z0-9][a-z0-9-]*@[0-9]+$")
-    agent: str | int = Field("random", description="'random', an agent's name, or an agent id")
+    agent: str | int = Field("random", description="'random', 'version' (the scripted agent the version ships: its"
+                                                    " [quality] oracle, else agent.py), an agent's name, or an agent id")
     task_ids: Literal["all"] | list[str] | str = Field("all", description=(
         "'all', a list of task ids, or 'curriculum[:uniform|learnable|ladder]': `count` rollouts whose tasks are"
         " picked as each is dispatched, from the agent's task statistics (docs/curriculum.md)"))

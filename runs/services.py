@@ -14,7 +14,7 @@ from studio.errors import DomainError
 from studio.storage_quota import storage_quota_check
 
 from . import events
-from .agents import code_hash
+from .agents import VERSION_AGENT, code_hash, oracle_path, version_agent_file
 from .curriculum.sampler import strategy_of, training_tasks
 from .episodes.setup import RUN_LIMIT_KEYS
 from .episodes.status import rollouts_send_on_commit, run_ended
@@ -27,6 +27,7 @@ from .models import (
     RunPurpose,
     RunStatus,
 )
+from .selectors import agent_by_reference
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,37 @@ def agent_get_or_create(*, team, actor, name: str, kind: str, code: str = "") ->
     # Same name, different code: keep both, so old runs still name the code they ran.
     suffix = code_hash(code or "")[:8]
     return agent_get_or_create(team=team, actor=actor, name=f"{name}-{suffix}", kind=kind, code=code)
+
+
+def version_agent(*, version, actor) -> Agent:
+    """The scripted agent `version` ships (its `[quality] oracle`, else agent.py: version_agent_file),
+    as a team agent: the same code is the same agent (the audit's oracle included, same name), so its
+    runs and statistics gather under one name. InvalidRun (field "agent") when the version ships none."""
+    path = version_agent_file(version)
+    if path is None:
+        raise InvalidRun(
+            f"{version.label} ships no agent: add agent.py (or name a file in [quality] oracle) to its package,"
+            " or choose another agent.", field="agent")
+    stem = "oracle" if path == oracle_path(version) else path.removesuffix(".py").replace("/", "-")
+    try:
+        return agent_get_or_create(team=version.environment.team, actor=actor, name=f"{version.environment.slug}-{stem}",
+                                   kind=AgentKind.SCRIPTED, code=version.files[path])
+    except InvalidAgent as exc:
+        raise InvalidRun(f"{version.label}'s {path}: {exc.message}", field="agent") from None
+
+
+def agent_for_run(*, team, actor, version, reference) -> Agent:
+    """The agent a run names: "version" (the version's own agent, version_agent), an agent's id or
+    name, or "random" (the built-in one, made on first use). InvalidRun (field "agent") otherwise."""
+    if reference == VERSION_AGENT:
+        return version_agent(version=version, actor=actor)
+    agent = agent_by_reference(team=team, reference=reference)
+    if agent is None and reference == "random":
+        agent = agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
+    if agent is None:
+        raise InvalidRun(f"No agent {reference!r} in this team; use 'random', 'version' (this version's own agent),"
+                         " an agent's name or an agent id.", field="agent")
+    return agent
 
 
 # -- runs -----------------------------------------------------------------------------------------

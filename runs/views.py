@@ -19,7 +19,7 @@ from studio.middleware import checks_its_own_form_fields
 from . import artifacts, events, figures, selectors, services
 from .episodes import interactive
 from .forms import AgentForm, RunForm
-from .models import Agent, AgentKind, RolloutStatus, RunPurpose, RunStatus
+from .models import RolloutStatus, RunPurpose, RunStatus
 
 STEPS_PER_PAGE = 50
 
@@ -31,10 +31,6 @@ class CountedPaginator(Paginator):
         super().__init__(object_list, per_page)
         if count is not None:
             self.__dict__["count"] = count  # Paginator.count is a cached_property
-
-
-def random_agent(*, team, actor) -> Agent:
-    return services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
 
 
 @team_view("read")
@@ -73,18 +69,14 @@ def run_new(request):
         slug, _, number = label.partition("@")
         version = versions.filter(environment__slug=slug, number=int(number) if number.isdigit() else -1).first()
     agents = selectors.agents_to_run(team=request.team)
-    form = RunForm(request.POST or None, agents=agents)
+    form = RunForm(request.POST or None, agents=agents, version=version)
     if request.method == "POST" and version is None:
         messages.error(request, "Choose an environment version to run.")
     elif request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        agent = (
-            random_agent(team=request.team, actor=request.user)
-            if data["agent"] == "random"
-            else selectors.agent_get(team=request.team, agent_id=data["agent"])
-        )
         limits = {k: data[k] for k in ("max_steps", "episode_timeout_s") if data.get(k)}
         try:
+            agent = services.agent_for_run(team=request.team, actor=request.user, version=version, reference=data["agent"])
             run = services.run_create(
                 team=request.team, actor=request.user, version=version, agent=agent, task_ids=data["tasks"],
                 difficulties=data["difficulties"], seeds=data["seeds"], repeats=data["repeats"], limits=limits,

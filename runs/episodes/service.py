@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from ..action_names import action_names
 from ..artifacts import ARTIFACT_KEY, artifact_store, artifact_url, arrays_store
 from ..curriculum.stats import counted_params, counted_sql
 from ..figures import rollout_succeeded
@@ -220,6 +221,10 @@ def episode_start(*, setup: EpisodeSetup, sandbox=None) -> Episode:
     reset_info = arrays_store(rollout_id=rollout.pk, stem="reset-info", value=episode.reset_info)  # the row's form
     # The tools the environment itself reported (not only its manifest): exports offer them as the tool list.
     setup.reproduction["tools"] = sandbox.tools or []
+    # What its actions are called (runs/action_names.py): the replay shows them by name.
+    names = action_names(manifest=setup.version.manifest, action_space=sandbox.action_space)
+    if names:
+        setup.reproduction["action_names"] = names
     initial_observation = arrays_store(rollout_id=rollout.pk, stem="reset", value=observation)
     if setup.reproduction.get("driver") == "worker":
         episode.writer.set_initial(initial_observation, reset_info)  # stored by the first flush: no round trip of its own

@@ -17,6 +17,7 @@ from studio.storage_quota import storage_quota_check
 from studio.errors import Conflict, DomainError
 
 from .. import services as run_services
+from ..agents import oracle_path
 from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunPurpose, RunStatus
 from . import report as figures
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
@@ -111,11 +112,6 @@ def author_probes(version) -> dict[str, str]:
         Path(path).stem: text for path, text in sorted(version.files.items())
         if path.startswith("probes/") and path.endswith(".py") and path.count("/") == 1
     }
-
-
-def oracle_path(version) -> str:
-    """The package's reference solution: oracle.py, or the file `[quality] oracle` names."""
-    return str((version.manifest.get("quality") or {}).get("oracle") or "oracle.py")
 
 
 def checked_seeds(seeds) -> list[int]:

@@ -3,6 +3,8 @@ import json
 
 from django import template
 
+from runs.action_names import action_names
+
 register = template.Library()
 
 
@@ -57,3 +59,13 @@ def reproduction_sections(record: dict):
     if record:
         sections.append(("Other", flat_items(record), True))
     return sections
+
+
+@register.filter
+def action_names_json(rollout) -> str:
+    """The names of the rollout's discrete actions as JSON ({"2": "UP", ...}; "{}" when unnamed): the
+    ones its episode recorded at start, else its version's [actions] names (an episode still going)."""
+    names = (rollout.reproduction or {}).get("action_names")
+    if not names:
+        names = action_names(manifest=rollout.run.environment_version.manifest, action_space=None)
+    return json.dumps(names or {})

@@ -14,12 +14,27 @@
     const text = observations.forText(observation);
     $("play-observation").textContent = typeof text === "string" ? text : JSON.stringify(text, null, 2);
   }
+  // A small discrete space's actions: buttons with their names, and keys that play them (the version's
+  // [actions] keys, else digits and arrows; runs/action_names.py decides, this only listens).
+  const keys = $("play-keys") ? JSON.parse($("play-keys").textContent) : {};
+  const names = {};
+  ($("play-names") ? JSON.parse($("play-names").textContent) : []).forEach((b) => { if (b.name) names[b.value] = b.name; });
+  const named = (action) => (names[action] !== undefined ? `${names[action]} (${action})` : JSON.stringify(action));
+  let busy = false;
+  function play(value) {
+    if (busy) return;  // one action at a time: a held key does not queue a burst of steps
+    form.elements.json.value = String(value);
+    form.requestSubmit();
+  }
   if (!browser) {
     showObservation(JSON.parse($("play-initial").textContent));
-    form.querySelectorAll("button[data-action]").forEach((button) => button.addEventListener("click", () => {
-      form.elements.json.value = button.dataset.action;
-      form.requestSubmit();
-    }));
+    form.querySelectorAll("button[data-action]").forEach((button) => button.addEventListener("click", () => play(button.dataset.action)));
+    document.addEventListener("keydown", (event) => {
+      if (event.ctrlKey || event.metaKey || event.altKey || event.target.closest("input, textarea, select")) return;
+      if (!Object.prototype.hasOwnProperty.call(keys, event.key)) return;
+      event.preventDefault();
+      play(keys[event.key]);
+    });
   }
 
   async function send(action) {
@@ -48,6 +63,8 @@
     event.preventDefault();
     const button = form.querySelector("button[type=submit]");
     button.disabled = true;
+    busy = true;
+    $("play-status").dataset.state = "acting";
     $("play-status").textContent = "acting…";
     try {
       let action;
@@ -70,11 +87,14 @@
       }
       const info = Object.assign({}, step.info); delete info.action_error;
       $("play-info").textContent = Object.keys(info).length ? JSON.stringify(info, null, 1) : "";
-      $("play-status").textContent = `step ${step.index}` + (step.done ? " · episode over: finish to verify" : "");
+      $("play-status").dataset.state = step.done ? "over" : "playing";
+      $("play-status").textContent = `step ${step.index}` + (browser ? "" : ` · ${named(action)} · reward ${step.reward}`)
+        + (step.done ? " · episode over: finish to verify" : "");
     } catch (error) {
       $("play-status").textContent = String(error);
     } finally {
       button.disabled = false;
+      busy = false;
     }
   });
 })();

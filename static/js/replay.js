@@ -47,6 +47,10 @@ function start(root) {
     }
     return lines.join("\n");
   }
+  // A discrete action by its name ("UP (2)") when the environment or its version names them.
+  const actionNames = JSON.parse(root.dataset.actionNames || "{}");
+  const actionText = (action) => (Number.isInteger(action) && actionNames[String(action)] !== undefined
+    ? `${actionNames[String(action)]} (${action})` : pretty(action));
   const { forText } = window.StudioObservations;
   const showImages = (observation) => window.StudioObservations.showImages(el.images, observation);
   const fmt = (x) => (x === null || x === undefined) ? "—" : (Math.round(x * 1000) / 1000).toString();
@@ -118,7 +122,7 @@ function start(root) {
       el.info.textContent = "—"; el.flags.replaceChildren(); el.changed.textContent = "";
       el.artifact.hidden = true;
     } else {
-      el.action.textContent = pretty(step.action);
+      el.action.textContent = actionText(step.action);
       const diff = highlightChanges(pretty(forText(prevObs)), pretty(forText(step.observation)));
       showImages(step.observation);
       el.obs.replaceChildren(...diff.nodes);

@@ -3,6 +3,13 @@ document.addEventListener("change", (e) => {
   if (e.target.matches("[data-switch-team]")) window.location = e.target.value;
   // Selects that submit their form when changed (no inline handlers: the CSP refuses them).
   if (e.target.matches("select[data-autosubmit]") && e.target.form) e.target.form.requestSubmit();
+  // Selects whose choice changes the rest of the page (New run's version: its tasks, its own agent):
+  // the page loads again with the choice in its query, keeping nothing typed yet.
+  if (e.target.matches("select[data-reload-query]")) {
+    const url = new URL(window.location.href);
+    url.searchParams.set(e.target.dataset.reloadQuery, e.target.value);
+    window.location = url.toString();
+  }
 });
 document.addEventListener("submit", (e) => {
   const msg = e.target.getAttribute("data-confirm");

@@ -13,8 +13,10 @@ from tests.runs.conftest import docker_image_name  # noqa: F401 - fixture: skips
 from tests.runs.rollout_factories import demo_agent_code, demo_version, play_one, random_agent, scripted_agent
 
 
-# Atari frames are 100 KB each: its rollouts here stop after a few steps (small data, the same code path).
+# Atari frames are 100 KB each: its rollouts here stop after a few steps (small data, the same code path),
+# before anyone scores, so by Pong's [success] rule (a point ahead) they end failed, not succeeded.
 ATARI_LIMITS = {"max_steps": 12}
+CUT_SHORT = {"atari_pong": "failed"}
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,7 @@ def test_demo_with_dependencies_runs_exactly_as_gymnasium(deps, settings, reques
 
     agent = scripted_agent(team, owner, demo_agent_code(name), name=f"{name} solver")
     rollout = play_one(team, owner, version, agent, task_id=task_id, seed=seed, limits=limits)
-    assert rollout.status == "succeeded", rollout.error
+    assert (rollout.status, rollout.error) == (CUT_SHORT.get(name, "succeeded"), ""), rollout.error
     steps = list(rollout.steps.order_by("index").values_list("action", "observation", "reward", "terminated", "truncated"))
     assert steps, "the scripted agent acted"
 

@@ -19,7 +19,7 @@ MISS_COLOR = (110, 110, 110)
 
 
 class PixelCatch(Environment):
-    action_space = {"type": "discrete", "n": 3}
+    action_space = {"type": "discrete", "n": 3, "names": ["STAY", "LEFT", "RIGHT"]}
 
     def reset(self, task, seed):
         self.seed_rng(seed, task["id"])

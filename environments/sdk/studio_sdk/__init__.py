@@ -227,6 +227,9 @@ def _jsonable_key(key: Any) -> str:
 # How large an action space may be: one sampled action stays small and quick to draw. The studio
 # checks literal spaces at commit (environments/package.py) and sample_action checks every space.
 ACTION_SPACE_LIMITS = {"text_max_length": 10_000, "values": 10_000, "elements": 100_000}
+# A discrete space may name its actions ("names": ["NOOP", "FIRE", ...], from `start` on): pages
+# show the names instead of the numbers; the action sent stays the number.
+ACTION_NAME_MAX = 40
 
 
 def action_space_problem(space: Any) -> str | None:
@@ -246,6 +249,10 @@ def action_space_problem(space: Any) -> str | None:
         n = space.get("n")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return f"a discrete action space needs a positive integer n, not {n!r}"
+        names = space.get("names")
+        if names is not None and not (isinstance(names, list) and len(names) == n and all(
+                isinstance(name, str) and 0 < len(name) <= ACTION_NAME_MAX for name in names)):
+            return f"a discrete action space's names must be a list of n={n} names of 1 to {ACTION_NAME_MAX} characters"
     elif kind == "choice":
         values = space.get("values")
         if not isinstance(values, list) or not 1 <= len(values) <= limits["values"]:
@@ -382,12 +389,12 @@ class GymnasiumEnvironment(Environment):
     @property
     def action_space(self) -> dict | None:
         if self.env is not None:
-            return describe_space(self.env.action_space)
+            return named_space(self.env)
         import gymnasium  # noqa: PLC0415
 
         env = gymnasium.make(self.env_id, **self._kwargs)
         try:
-            return describe_space(env.action_space)
+            return named_space(env)
         finally:
             env.close()
 
@@ -405,6 +412,21 @@ class GymnasiumEnvironment(Environment):
         if isinstance(space, (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)):
             return numpy.asarray(action, dtype=space.dtype).reshape(space.shape)
         return action
+
+
+def named_space(env) -> dict:
+    """The description of a Gymnasium env's action space, a discrete one with its actions' names when
+    the env tells them (ALE's `get_action_meanings()`: NOOP, FIRE, RIGHT, ...)."""
+    described = describe_space(env.action_space)
+    meanings = getattr(env.unwrapped, "get_action_meanings", None)
+    if described["type"] == "discrete" and callable(meanings):
+        try:
+            names = [str(name) for name in meanings()]
+        except Exception:  # noqa: BLE001 - names are a courtesy of the env: without them the numbers stay
+            names = None
+        if names and action_space_problem({**described, "names": names}) is None:
+            described["names"] = names
+    return described
 
 
 def describe_space(space) -> dict:

@@ -9,6 +9,7 @@ from django.http import Http404
 
 from environments.selectors import version_by_label
 from runs import figures, seeds, services
+from runs.agents import VERSION_AGENT
 from runs.models import AgentKind
 from runs.tasks import execute_rollout
 from studio.errors import DomainError
@@ -29,7 +30,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("version", help="ENV_SLUG@N (or ENV_SLUG for the latest version)")
         parser.add_argument("--team", required=True, help="team slug")
-        parser.add_argument("--agent", required=True, help="'random' or the path of a scripted agent .py file")
+        parser.add_argument("--agent", required=True, help="'random', 'version' (the scripted agent the version ships:"
+                                                                  " its [quality] oracle, else agent.py) or the path of a scripted agent .py file")
         parser.add_argument("--tasks", default="all", help="'all', task ids separated by commas, or curriculum[:STRATEGY]"
                                                              " (uniform, learnable, ladder: each rollout's task picked when dispatched)")
         parser.add_argument("--count", type=int, default=None, help="rollouts of a curriculum run")
@@ -43,7 +45,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         team, actor, version = command_version(team_slug=options["team"], username=options["user"], label=options["version"])
         try:
-            agent = self._agent(team, actor, options["agent"])
+            agent = self._agent(team, actor, version, options["agent"])
             text = options["tasks"].strip()
             tasks = text if text == "all" or text.startswith("curriculum") else [t.strip() for t in text.split(",") if t.strip()]
             run = services.run_create(
@@ -66,12 +68,12 @@ class Command(BaseCommand):
                     f" ({summary['done']}/{summary['total']} done, {summary['pending']} queued or running)"
                 )
 
-    def _agent(self, team, actor, spec: str):
-        if spec == "random":
-            return services.agent_get_or_create(team=team, actor=actor, name="random", kind=AgentKind.RANDOM)
+    def _agent(self, team, actor, version, spec: str):
+        if spec in ("random", VERSION_AGENT):
+            return services.agent_for_run(team=team, actor=actor, version=version, reference=spec)
         path = Path(spec)
         if not path.is_file():
-            raise CommandError(f"--agent must be 'random' or an existing .py file, not {spec!r}")
+            raise CommandError(f"--agent must be 'random', 'version' (the version's own agent) or an existing .py file, not {spec!r}")
         return services.agent_get_or_create(
             team=team, actor=actor, name=path.stem, kind=AgentKind.SCRIPTED, code=path.read_text(encoding="utf-8")
         )
