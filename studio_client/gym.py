@@ -32,9 +32,10 @@ class StudioEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, render_mode=None,
-                 curriculum: str | None = None):
+                 curriculum: str | None = None, agent: str | None = None):
         published = client.spaces(version)
         self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each reset's task
+        self.agent = agent  # the agent its episodes and task statistics count under (`remote` when None)
         self.client, self.version, self.render_mode = client, version, render_mode
         self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
         self.tools: list[dict] = published.get("tools") or []
@@ -49,11 +50,11 @@ class StudioEnv(gymnasium.Env):
         episode_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
         task_id = (options or {}).get("task_id")
         if task_id is None and self.curriculum:
-            self.session = self.client.session(self.version, None, episode_seed, curriculum=self.curriculum)
+            self.session = self.client.session(self.version, None, episode_seed, curriculum=self.curriculum, agent=self.agent)
             task_id = self.session.task_id
         else:
             task_id = str(task_id) if task_id is not None else task_for_seed(self.task_ids, episode_seed)
-            self.session = self.client.session(self.version, task_id, episode_seed)
+            self.session = self.client.session(self.version, task_id, episode_seed, agent=self.agent)
         observation, info = self.session.reset()
         if isinstance(self.observation_space, JsonSpace) and self.session.observation_space:
             self.observation_space = space_from_description(self.session.observation_space)
@@ -89,8 +90,9 @@ class StudioVectorEnv(VectorEnv):
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, client: StudioClient, version: str, num_envs: int, *, task_ids: list[str] | None = None,
-                 max_workers: int = 8, curriculum: str | None = None):
+                 max_workers: int = 8, curriculum: str | None = None, agent: str | None = None):
         self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each episode's task
+        self.agent = agent  # the agent its episodes and task statistics count under (`remote` when None)
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         published = client.spaces(version)
@@ -161,11 +163,11 @@ class StudioVectorEnv(VectorEnv):
     def _open(self, index: int, seed: int, task_id) -> tuple:
         self._close_one(index)
         if task_id is None and self.curriculum:
-            session = self.client.session(self.version, None, seed, curriculum=self.curriculum)
+            session = self.client.session(self.version, None, seed, curriculum=self.curriculum, agent=self.agent)
             task = session.task_id
         else:
             task = str(task_id) if task_id is not None else task_for_seed(self.task_ids, seed)
-            session = self.client.session(self.version, task, seed)
+            session = self.client.session(self.version, task, seed, agent=self.agent)
         self.sessions[index], self.seeds[index] = session, seed
         observation, info = session.reset()
         return observation, {**info, "task_id": task, "seed": seed}
