@@ -200,7 +200,7 @@ async def _initialize(access, scope, request_id, params: dict):
         "capabilities": {"tools": {"listChanged": False}},
         "serverInfo": {"name": f"environment-studio {access.version.label}", "version": str(access.version.number)},
         # What the agent is asked, as the first observation: an MCP client has no reset to read it from.
-        "instructions": dumps({"task_id": task_id, "seed": seed, "rollout_id": episode.rollout_id,
+        "instructions": dumps({"task_id": episode.task_id, "seed": seed, "rollout_id": episode.rollout_id,
                                "observation": episode.observation}),
     }
     _watch_session(access, episode.episode_id)

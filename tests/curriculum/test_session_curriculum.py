@@ -144,3 +144,23 @@ def test_an_openenv_base_url_names_its_agent_in_its_query_and_a_reset_may_too(as
     assert refused["type"] == "error" and refused["data"]["errors"][0]["loc"] == ["data", "agent"]
     response = httpx.post(base + "/reset?agent=", json={})
     assert response.status_code == 400 and "agent must be" in response.json()["detail"]
+
+
+def test_an_openenv_base_url_with_a_curriculum_gets_the_samplers_tasks(asgi_server, episode_host, team, owner, version):  # noqa: F811
+    """`?agent=NAME&curriculum=learnable` on the base URL: every reset naming no task (websocket or HTTP)
+    gets the sampler's pick from that agent's statistics; one naming a task keeps it."""
+    from openenv.core import GenericEnvClient
+
+    for task_id, successes in (("easy", 40), ("coin", 20), ("never", 0)):
+        TaskStat.objects.create(team=team, environment_version=version, task_id=task_id, agent_name="policy-d",
+                                rollouts=40, successes=successes, steps_sum=40)
+    key = openenv_key_get_or_create(team=team, actor=owner, version=version)
+    base = asgi_server + openenv_base_path(version=version, key=key)
+    with GenericEnvClient(base_url=base + "?agent=policy-d&curriculum=learnable").sync() as env:
+        tasks = [env.reset(seed=seed).observation["metadata"]["task_id"] for seed in range(6)]
+        named = env.reset(seed=0, task_id="never").observation["metadata"]["task_id"]
+    assert tasks.count("coin") >= 5 and named == "never", tasks
+    reset = httpx.post(base + "/reset?agent=policy-d&curriculum=ladder", json={"seed": 3})
+    assert reset.status_code == 200 and reset.json()["observation"]["metadata"]["task_id"] == "coin"
+    refused = httpx.post(base + "?curriculum=greedy/reset", json={})
+    assert refused.status_code == 400 and "curriculum must be one of" in refused.json()["detail"]
