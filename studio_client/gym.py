@@ -5,8 +5,9 @@ Spaces are the ones the server publishes for the version; where it knows no obse
 (an `env:Class` version whose `observation_space` no episode has reported), the first reset takes
 the one its episode reports. Observations and infos come as the environment gave them: arrays keep
 their dtype, dict and tuple observations are dicts and tuples of arrays. A seed picks the task (the same seed,
-the same task: `task_ids[seed % len(task_ids)]`) and seeds the episode; `options={"task_id": ...}`
-picks a task outright. Every episode is a recorded rollout of the team's `remote` agent.
+the same task: `task_ids[seed % len(task_ids)]`, the training tasks by default, never a held-out one) and
+seeds the episode; `options={"task_id": ...}` picks a task outright. Every episode is a recorded rollout of
+the team's `remote` agent, or of the one named with `agent=`.
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +21,12 @@ from . import RemoteSession, StudioClient, StudioError, from_json
 from .spaces import JsonSpace, action_to_json, observation_from_json, space_from_description
 
 SEED_BOUND = 2**31
+
+
+def training_ids(published: dict) -> list[str]:
+    """The tasks a reset picks from by seed: every one but the held-out (split = eval) ones, unless all are."""
+    held_out = set(published.get("eval_task_ids") or [])
+    return [task_id for task_id in published["task_ids"] if task_id not in held_out] or list(published["task_ids"])
 
 
 def task_for_seed(task_ids: list[str], seed: int) -> str:
@@ -37,7 +44,7 @@ class StudioEnv(gymnasium.Env):
         self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each reset's task
         self.agent = agent  # the agent its episodes and task statistics count under (`remote` when None)
         self.client, self.version, self.render_mode = client, version, render_mode
-        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
+        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else training_ids(published)
         self.tools: list[dict] = published.get("tools") or []
         self.action_space = space_from_description(published.get("action_space"))
         self.observation_space = space_from_description(published.get("observation_space"))
@@ -97,7 +104,7 @@ class StudioVectorEnv(VectorEnv):
             raise ValueError("num_envs must be at least 1")
         published = client.spaces(version)
         self.client, self.version, self.num_envs = client, version, num_envs
-        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
+        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else training_ids(published)
         self.single_action_space = space_from_description(published.get("action_space"))
         self.single_observation_space = space_from_description(published.get("observation_space"))
         self.action_space = batch_space(self.single_action_space, num_envs)

@@ -15,6 +15,8 @@ class TaskStatsOut(Schema):
     agent: str
     version: str
     note: str | None = None
+    splits: dict = Field(description="train and eval (held-out) tasks: measured, rollouts, pass_rate (mean over "
+                         "measured tasks); gap = train - eval")
     tasks: list[dict]
 
 
@@ -42,7 +44,8 @@ def _version(request, slug: str, number: int):
 def task_stats(request, slug: str, number: int, agent: str = ""):
     """Per task of the version: the agent's done rollouts of evaluations and sessions, successes, pass rate
     with its 90 % Beta posterior interval, mean return and steps, and a band (too_easy, too_hard,
-    learnable, unknown)."""
+    learnable, unknown) and split; `splits` sets the agent's training tasks beside its held-out ones (the
+    train-eval gap)."""
     version = _version(request, slug, number)
     return services.stats_for(team=request.team, version=version, agent_name=agent)
 

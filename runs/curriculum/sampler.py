@@ -8,10 +8,11 @@ TaskSampler shape: sample, then outcomes update the statistics as rollouts finis
 - `ladder`: the lowest declared difficulty level whose tasks are not yet passed (pooled pass rate below
   EASY, or any with too few rollouts), its tasks uniformly: the ladder climbs as pass rates rise.
 `cost_aware` divides each weight by the task's mean steps. Deterministic given the seed and the statistics.
-Tasks marked `split = "eval"` are never served (they are held out).
+Tasks marked `split = "eval"` are never served (they are held out: environments.package.task_split).
 """
 import numpy as np
 
+from environments.package import task_split
 from studio.errors import DomainError
 
 from .stats import EASY, MIN_ROLLOUTS, TaskFigures
@@ -37,7 +38,7 @@ def strategy_of(text) -> str | None:
 
 
 def training_tasks(tasks: list[dict]) -> list[dict]:
-    return [task for task in tasks if task.get("split") != "eval"]
+    return [task for task in tasks if task_split(task) == "train"]
 
 
 def _level(task: TaskFigures) -> float:

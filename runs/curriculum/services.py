@@ -1,4 +1,5 @@
 """The curriculum's reads for the API and pages: statistics and samples, team-scoped by the version."""
+from environments.package import task_split
 from studio.errors import DomainError
 
 from ..models import Agent, Rollout
@@ -20,9 +21,12 @@ def _agent_known(*, team, version, agent_name: str) -> None:
 
 def stats_for(*, team, version, agent_name: str) -> dict:
     _agent_known(team=team, version=version, agent_name=agent_name)
-    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=version.tasks or [])
+    tasks = version.tasks or []
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=tasks)
     note = None if any(f.rollouts for f in figures) else f"no finished rollouts of {agent_name} on {version.label} yet"
-    return {"agent": agent_name, "version": version.label, "note": note, "tasks": [f.as_json() for f in figures]}
+    splits = stats.split_summary(tasks=tasks, counts={f.task_id: (f.rollouts, f.successes) for f in figures})
+    return {"agent": agent_name, "version": version.label, "note": note, "splits": splits,
+            "tasks": [{**f.as_json(), "split": task_split(task)} for f, task in zip(figures, tasks)]}
 
 
 def _draw(*, version, agent_name: str, strategy: str, k: int, seed: int, cost_aware: bool = False) -> tuple[list[str], bool]:

@@ -7,6 +7,9 @@ runs/figures.py counts as one (the status the episode service set by the version
 from dataclasses import dataclass
 
 import numpy as np
+from django.db.models import Sum
+
+from environments.package import task_split
 
 from ..models import RolloutStatus, Run, RunPurpose
 from .models import TaskStat
@@ -121,8 +124,33 @@ def agents_with_stats(*, version) -> list[str]:
 
 def agents_by_rollouts(*, version) -> list[str]:
     """The agents with statistics on the version, most rollouts first (the task map's default is the first)."""
-    from django.db.models import Sum
-
     rows = (TaskStat.objects.filter(environment_version=version).values("agent_name")
             .annotate(n=Sum("rollouts")).order_by("-n", "agent_name"))
     return [row["agent_name"] for row in rows]
+
+
+def split_summary(*, tasks: list[dict], counts: dict[str, tuple[int, int]]) -> dict:
+    """One agent's training and held-out (split = eval) tasks side by side, from (rollouts, successes) by
+    task id: per split the tasks measured, their rollouts and `pass_rate`, the mean of their pass rates (each
+    task counts once, however often a curriculum drew it); `gap` is train minus eval, the improvement that
+    did not transfer (None until both are measured)."""
+    out = {}
+    for split in ("train", "eval"):
+        rates = [counts[str(t.get("id"))][1] / counts[str(t.get("id"))][0] for t in tasks
+                 if task_split(t) == split and counts.get(str(t.get("id")), (0, 0))[0]]
+        rollouts = sum(counts.get(str(t.get("id")), (0, 0))[0] for t in tasks if task_split(t) == split)
+        out[split] = {"tasks": sum(1 for t in tasks if task_split(t) == split), "measured": len(rates),
+                      "rollouts": rollouts, "pass_rate": round(sum(rates) / len(rates), 4) if rates else None}
+    train, held_out = out["train"]["pass_rate"], out["eval"]["pass_rate"]
+    out["gap"] = round(train - held_out, 4) if train is not None and held_out is not None else None
+    return out
+
+
+def split_gaps(*, version, tasks: list[dict]) -> list[dict]:
+    """split_summary of every agent with statistics on the version, most rollouts first: one read of its
+    statistics rows (O(tasks x agents), never of rollouts)."""
+    by_agent: dict[str, dict[str, tuple[int, int]]] = {}
+    for row in TaskStat.objects.filter(environment_version=version).values("agent_name", "task_id", "rollouts", "successes"):
+        by_agent.setdefault(row["agent_name"], {})[row["task_id"]] = (row["rollouts"], row["successes"])
+    order = sorted(by_agent, key=lambda name: (-sum(n for n, _ in by_agent[name].values()), name))
+    return [{"agent": name, **split_summary(tasks=tasks, counts=by_agent[name])} for name in order]

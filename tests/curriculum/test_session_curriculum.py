@@ -164,3 +164,18 @@ def test_an_openenv_base_url_with_a_curriculum_gets_the_samplers_tasks(asgi_serv
     assert reset.status_code == 200 and reset.json()["observation"]["metadata"]["task_id"] == "coin"
     refused = httpx.post(base + "?curriculum=greedy/reset", json={})
     assert refused.status_code == 400 and "curriculum must be one of" in refused.json()["detail"]
+
+
+def test_sessions_never_get_a_held_out_task_unless_they_name_it(client, version, asgi_server, team, owner):
+    """A seed picks among the training tasks (StudioEnv, OpenEnv); the held-out task is served only when named."""
+    assert client.spaces("bands@1")["eval_task_ids"] == ["held-out"]
+    env = StudioEnv(client, "bands@1")
+    by_seed = [env.reset(seed=seed)[1]["task_id"] for seed in range(6)]
+    named = env.reset(seed=0, options={"task_id": "held-out"})[1]["task_id"]
+    env.close()
+    assert "held-out" not in by_seed and set(by_seed) == {"easy", "coin", "never"} and named == "held-out"
+    key = openenv_key_get_or_create(team=team, actor=owner, version=version)
+    base = asgi_server + openenv_base_path(version=version, key=key)
+    over_openenv = [httpx.post(base + "/reset", json={"seed": seed}).json()["observation"]["metadata"]["task_id"]
+                    for seed in range(4)]
+    assert "held-out" not in over_openenv, over_openenv

@@ -161,3 +161,20 @@ def test_bad_curriculum_runs_are_refused_by_field(owner_api, team, owner, body, 
     response = owner_api.post("/runs", json.dumps({"version": "bands@1", "agent": "random", **body}))
     assert response.status_code == 400, response.content
     assert response.json()["field"] == field
+
+
+def test_the_train_eval_gap_per_agent_is_in_the_stats_and_on_the_task_map(owner_api, owner, team):
+    """The random agent always passes its training task (easy) and passes the held-out coin about half the
+    time: the gap is train minus eval, per agent, in the API and on the version page's task map."""
+    version = package_version(team, owner, "bands", ENV_PY, tasks=TASKS)
+    play_run(run_services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner),
+                                     task_ids=["easy", "held-out"], seeds=list(range(16))))
+    body = owner_api.get(f"{URL}/stats", {"agent": "random"}).json()
+    splits = body["splits"]
+    assert splits["train"] == {"tasks": 3, "measured": 1, "rollouts": 16, "pass_rate": 1.0}
+    assert splits["eval"]["tasks"] == 1 and splits["eval"]["rollouts"] == 16
+    held_out = next(t for t in body["tasks"] if t["task_id"] == "held-out")
+    assert held_out["split"] == "eval" and splits["eval"]["pass_rate"] == held_out["pass_rate"] < 1.0
+    assert splits["gap"] == round(1.0 - held_out["pass_rate"], 4) > 0
+    page = login(owner).get("/t/alpha/curriculum/versions/bands/1/tasks/").content.decode()
+    assert f'data-agent="random" data-gap="{splits["gap"]}"' in page and "Train vs eval" in page
