@@ -26,6 +26,8 @@ class SampleIn(Schema):
     strategy: str = "learnable"
     seed: int = Field(0, ge=0, le=2**63 - 1)
     cost_aware: bool = False
+    recent: bool = Field(False, description="learnable: weigh by the statistics that forget (each task's last ~32 "
+                         "rollouts), so tasks since mastered stop being drawn")
 
 
 class SampleOut(Schema):
@@ -57,4 +59,5 @@ def task_sample(request, slug: str, number: int, payload: SampleIn):
     version = _version(request, slug, number)
     require(request, "run")
     return services.sample_for(team=request.team, version=version, agent_name=payload.agent, k=payload.k,
-                               strategy=payload.strategy, seed=payload.seed, cost_aware=payload.cost_aware)
+                               strategy=payload.strategy, seed=payload.seed, cost_aware=payload.cost_aware,
+                               recent=payload.recent)

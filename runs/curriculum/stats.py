@@ -18,28 +18,43 @@ COUNTED_PURPOSES = (RunPurpose.EVALUATION, RunPurpose.SESSION)
 # Bands: confidently above EASY or below HARD by the posterior's 90 % interval; fewer than MIN_ROLLOUTS is unknown.
 EASY, HARD, MIN_ROLLOUTS, INTERVAL = 0.9, 0.1, 4, 0.9
 _GRID = np.linspace(0.0, 1.0, 2001)
+# Statistics that forget: per task, an exponentially decayed count over its own rollouts (an effective
+# window of RECENT_WINDOW), kept beside the all-time one so a task the agent has since mastered (or
+# forgotten) stops looking as it did. O(1) per rollout, O(tasks) to read, like the all-time counts.
+RECENT_WINDOW = 32
+RECENT_DECAY = 1.0 - 1.0 / RECENT_WINDOW
 
 def counted_sql(done: str) -> str:
     """A CTE body adding the rollouts of the CTE `done` (columns team_id, run_id, task_id, status,
     total_reward, step_count, started_at, finished_at) to their tasks' statistics: part of the one
     statement that stores a rollout's outcome (runs/episodes/service.py), so a rollout counts exactly
-    once, with its outcome, at no extra round trip. Takes %(succeeded)s, %(failed)s, %(counted_purposes)s."""
+    once, with its outcome, at no extra round trip. Takes %(succeeded)s, %(failed)s, %(counted_purposes)s,
+    %(recent_decay)s (counted_params)."""
     return f"""
         INSERT INTO {TaskStat._meta.db_table} AS s (team_id, environment_version_id, task_id, agent_name, rollouts,
-            successes, return_sum, steps_sum, seconds_sum, updated_at)
+            successes, return_sum, steps_sum, seconds_sum, recent_rollouts, recent_successes, updated_at)
         SELECT d.team_id, run.environment_version_id, d.task_id, a.name, 1, (d.status = %(succeeded)s)::int,
-            d.total_reward, d.step_count, COALESCE(EXTRACT(EPOCH FROM (d.finished_at - d.started_at)), 0), now()
+            d.total_reward, d.step_count, COALESCE(EXTRACT(EPOCH FROM (d.finished_at - d.started_at)), 0),
+            1, (d.status = %(succeeded)s)::int, now()
         FROM {done} d JOIN {Run._meta.db_table} run ON run.id = d.run_id JOIN runs_agent a ON a.id = run.agent_id
         WHERE d.status IN (%(succeeded)s, %(failed)s) AND run.purpose = ANY(%(counted_purposes)s)
         ON CONFLICT (environment_version_id, agent_name, task_id) DO UPDATE SET
             rollouts = s.rollouts + 1, successes = s.successes + EXCLUDED.successes,
             return_sum = s.return_sum + EXCLUDED.return_sum, steps_sum = s.steps_sum + EXCLUDED.steps_sum,
-            seconds_sum = s.seconds_sum + EXCLUDED.seconds_sum, updated_at = now()
+            seconds_sum = s.seconds_sum + EXCLUDED.seconds_sum,
+            recent_rollouts = s.recent_rollouts * %(recent_decay)s + 1,
+            recent_successes = s.recent_successes * %(recent_decay)s + EXCLUDED.successes, updated_at = now()
     """
 
 
 def counted_params() -> dict:
-    return {"succeeded": RolloutStatus.SUCCEEDED, "failed": RolloutStatus.FAILED, "counted_purposes": list(COUNTED_PURPOSES)}
+    return {"succeeded": RolloutStatus.SUCCEEDED, "failed": RolloutStatus.FAILED, "counted_purposes": list(COUNTED_PURPOSES),
+            "recent_decay": RECENT_DECAY}
+
+
+def recent_counts_after(*, rollouts: float, successes: float, success: bool) -> tuple[float, float]:
+    """The Python reference of counted_sql's forgetting (tests and simulations): one more rollout."""
+    return rollouts * RECENT_DECAY + 1, successes * RECENT_DECAY + int(success)
 
 
 @dataclass(frozen=True)
@@ -51,6 +66,8 @@ class TaskFigures:
     pass_rate: float | None
     interval: tuple[float, float]
     learnable_mass: float
+    recent_pass_rate: float | None
+    recent_learnable_mass: float
     mean_return: float | None
     mean_steps: float | None
     mean_seconds: float | None
@@ -59,7 +76,8 @@ class TaskFigures:
     def as_json(self) -> dict:
         return {"task_id": self.task_id, "difficulty": self.difficulty, "rollouts": self.rollouts,
                 "successes": self.successes, "pass_rate": self.pass_rate, "interval": list(self.interval),
-                "mean_return": self.mean_return, "mean_steps": self.mean_steps, "band": self.band}
+                "mean_return": self.mean_return, "mean_steps": self.mean_steps, "band": self.band,
+                "recent_pass_rate": self.recent_pass_rate}
 
 
 def posterior(successes: np.ndarray, failures: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -96,11 +114,16 @@ def task_figures(*, version, agent_name: str, tasks: list[dict]) -> list[TaskFig
 
 def figures_from_counts(*, tasks: list[dict], rows: dict[str, dict]) -> list[TaskFigures]:
     """TaskFigures of `tasks` from rows of counts by task id (rollouts, successes, return_sum, steps_sum,
-    seconds_sum): what the database keeps, or a simulation's own (bench/bench_curriculum.py)."""
+    seconds_sum, and optionally recent_rollouts and recent_successes, else the all-time ones): what the
+    database keeps, or a simulation's own (bench/bench_curriculum.py)."""
     ids = [str(task.get("id")) for task in tasks]
     counts = np.array([[rows[i]["successes"], rows[i]["rollouts"] - rows[i]["successes"]] if i in rows else [0, 0]
                        for i in ids], dtype=float).reshape(-1, 2)
+    recent = np.array([[rows[i].get("recent_successes", rows[i]["successes"]),
+                        rows[i].get("recent_rollouts", rows[i]["rollouts"]) - rows[i].get("recent_successes", rows[i]["successes"])]
+                       if i in rows else [0, 0] for i in ids], dtype=float).reshape(-1, 2)
     low, high, mass = posterior(counts[:, 0], counts[:, 1]) if len(ids) else ([], [], [])
+    recent_mass = posterior(recent[:, 0], np.maximum(recent[:, 1], 0.0))[2] if len(ids) else []
     out = []
     for n, (task, task_id) in enumerate(zip(tasks, ids)):
         row = rows.get(task_id)
@@ -109,6 +132,8 @@ def figures_from_counts(*, tasks: list[dict], rows: dict[str, dict]) -> list[Tas
             task_id=task_id, difficulty=task.get("difficulty"), rollouts=done, successes=row["successes"] if row else 0,
             pass_rate=round(row["successes"] / done, 4) if done else None,
             interval=(round(float(low[n]), 4), round(float(high[n]), 4)), learnable_mass=float(mass[n]),
+            recent_pass_rate=round(recent[n, 0] / recent[n].sum(), 4) if recent[n].sum() else None,
+            recent_learnable_mass=float(recent_mass[n]),
             mean_return=round(row["return_sum"] / done, 4) if done else None,
             mean_steps=round(row["steps_sum"] / done, 2) if done else None,
             mean_seconds=round(row["seconds_sum"] / done, 3) if done else None,
