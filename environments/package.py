@@ -36,6 +36,10 @@ MAX_ARCHIVE_ENTRIES = 10 * MAX_ARCHIVE_FILES
 
 MANIFEST_FILE = "environment.toml"
 TASKS_FILE = "tasks.jsonl"
+# A task's `split`: "train" (the default) or held out ("eval"; "test", as the quality audit first named it).
+# Held-out tasks are measured, never practised: no sampler, curriculum or seed-chosen episode serves one.
+TASK_SPLITS = ("train", "eval", "test")
+HELD_OUT_SPLITS = ("eval", "test")
 REQUIREMENTS_FILE = "requirements.txt"
 MAX_DEPENDENCIES = 100
 KINDS = ("python", "browser")
@@ -203,6 +207,11 @@ def concurrent_sessions_of(manifest: dict) -> int:
     """How many episodes may share one sandbox of a version (manifests stored before the key was
     introduced have none: one sandbox per episode)."""
     return int(manifest.get("concurrent_sessions") or DEFAULT_CONCURRENT_SESSIONS)
+
+
+def task_split(task: dict) -> str:
+    """"eval" for a held-out task (HELD_OUT_SPLITS), "train" for every other: the one reading of `split`."""
+    return "eval" if task.get("split") in HELD_OUT_SPLITS else "train"
 
 
 def parse_tasks(files: dict[str, str]) -> list[dict]:
@@ -530,6 +539,8 @@ def _check_tasks(files: dict[str, str]) -> tuple[list[dict], list[PackageProblem
             seen[task_id] = number
         if "difficulty" in task and not _is_int(task["difficulty"]):
             problem(f"'difficulty' must be an integer, not {task['difficulty']!r}")
+        if "split" in task and task["split"] not in TASK_SPLITS:
+            problem(f"'split' must be \"train\" or \"eval\" (held out), not {task['split']!r}")
         tasks.append(task)
     if not tasks and not problems:
         problems.append(PackageProblem(TASKS_FILE, None, "has no tasks"))

@@ -86,10 +86,13 @@ class StudioClient:
 
     # sessions
 
-    def session(self, version: str, task_id: str | None, seed: int = 0, *, curriculum: str | None = None) -> "RemoteSession":
+    def session(self, version: str, task_id: str | None, seed: int = 0, *, curriculum: str | None = None,
+                agent: str | None = None) -> "RemoteSession":
         """Start a remote session: the environment version runs on the server for this task and seed; with
-        no task and a `curriculum` (uniform, learnable, ladder), the server's sampler picks the task."""
-        return RemoteSession(self, version, None if task_id is None else str(task_id), seed, curriculum=curriculum)
+        no task and a `curriculum` (uniform, learnable, ladder), the server's sampler picks the task.
+        `agent` names the agent its episode (and task statistics) count under (`remote` when left out)."""
+        return RemoteSession(self, version, None if task_id is None else str(task_id), seed, curriculum=curriculum,
+                             agent=agent)
 
     def spaces(self, version: str, task_id: str | None = None) -> dict:
         """The version's published spaces: {task_ids, action_space, observation_space, tools}."""
@@ -145,12 +148,14 @@ class StudioClient:
 class RemoteSession:
     """One episode on the server. `observation`, `tools` and `action_space` are what the start returned."""
 
-    def __init__(self, client: StudioClient, version: str, task_id: str | None, seed: int, *, curriculum: str | None = None):
+    def __init__(self, client: StudioClient, version: str, task_id: str | None, seed: int, *, curriculum: str | None = None,
+                 agent: str | None = None):
         self.client, self.version, self.task_id, self.seed, self.curriculum = client, version, task_id, seed, curriculum
+        self.agent = agent
         self._open()
 
     def _open(self) -> None:
-        body = {"version": self.version, "seed": self.seed}
+        body = {"version": self.version, "seed": self.seed, **({"agent": self.agent} if self.agent is not None else {})}
         body.update({"task_id": self.task_id} if self.task_id is not None else {"curriculum": self.curriculum})
         started = self.client.request("POST", "/sessions", body)
         self.task_id = started.get("task_id", self.task_id)  # the curriculum's pick; a reset keeps it

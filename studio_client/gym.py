@@ -5,8 +5,9 @@ Spaces are the ones the server publishes for the version; where it knows no obse
 (an `env:Class` version whose `observation_space` no episode has reported), the first reset takes
 the one its episode reports. Observations and infos come as the environment gave them: arrays keep
 their dtype, dict and tuple observations are dicts and tuples of arrays. A seed picks the task (the same seed,
-the same task: `task_ids[seed % len(task_ids)]`) and seeds the episode; `options={"task_id": ...}`
-picks a task outright. Every episode is a recorded rollout of the team's `remote` agent.
+the same task: `task_ids[seed % len(task_ids)]`, the training tasks by default, never a held-out one) and
+seeds the episode; `options={"task_id": ...}` picks a task outright. Every episode is a recorded rollout of
+the team's `remote` agent, or of the one named with `agent=`.
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,6 +23,12 @@ from .spaces import JsonSpace, action_to_json, observation_from_json, space_from
 SEED_BOUND = 2**31
 
 
+def training_ids(published: dict) -> list[str]:
+    """The tasks a reset picks from by seed: every one but the held-out (split = eval) ones, unless all are."""
+    held_out = set(published.get("eval_task_ids") or [])
+    return [task_id for task_id in published["task_ids"] if task_id not in held_out] or list(published["task_ids"])
+
+
 def task_for_seed(task_ids: list[str], seed: int) -> str:
     return task_ids[seed % len(task_ids)]
 
@@ -32,11 +39,12 @@ class StudioEnv(gymnasium.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, client: StudioClient, version: str, *, task_ids: list[str] | None = None, render_mode=None,
-                 curriculum: str | None = None):
+                 curriculum: str | None = None, agent: str | None = None):
         published = client.spaces(version)
         self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each reset's task
+        self.agent = agent  # the agent its episodes and task statistics count under (`remote` when None)
         self.client, self.version, self.render_mode = client, version, render_mode
-        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
+        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else training_ids(published)
         self.tools: list[dict] = published.get("tools") or []
         self.action_space = space_from_description(published.get("action_space"))
         self.observation_space = space_from_description(published.get("observation_space"))
@@ -49,11 +57,11 @@ class StudioEnv(gymnasium.Env):
         episode_seed = seed if seed is not None else int(self.np_random.integers(SEED_BOUND))
         task_id = (options or {}).get("task_id")
         if task_id is None and self.curriculum:
-            self.session = self.client.session(self.version, None, episode_seed, curriculum=self.curriculum)
+            self.session = self.client.session(self.version, None, episode_seed, curriculum=self.curriculum, agent=self.agent)
             task_id = self.session.task_id
         else:
             task_id = str(task_id) if task_id is not None else task_for_seed(self.task_ids, episode_seed)
-            self.session = self.client.session(self.version, task_id, episode_seed)
+            self.session = self.client.session(self.version, task_id, episode_seed, agent=self.agent)
         observation, info = self.session.reset()
         if isinstance(self.observation_space, JsonSpace) and self.session.observation_space:
             self.observation_space = space_from_description(self.session.observation_space)
@@ -89,13 +97,14 @@ class StudioVectorEnv(VectorEnv):
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, client: StudioClient, version: str, num_envs: int, *, task_ids: list[str] | None = None,
-                 max_workers: int = 8, curriculum: str | None = None):
+                 max_workers: int = 8, curriculum: str | None = None, agent: str | None = None):
         self.curriculum = curriculum  # uniform, learnable or ladder: the server picks each episode's task
+        self.agent = agent  # the agent its episodes and task statistics count under (`remote` when None)
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
         published = client.spaces(version)
         self.client, self.version, self.num_envs = client, version, num_envs
-        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else list(published["task_ids"])
+        self.task_ids = [str(task_id) for task_id in task_ids] if task_ids else training_ids(published)
         self.single_action_space = space_from_description(published.get("action_space"))
         self.single_observation_space = space_from_description(published.get("observation_space"))
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -161,11 +170,11 @@ class StudioVectorEnv(VectorEnv):
     def _open(self, index: int, seed: int, task_id) -> tuple:
         self._close_one(index)
         if task_id is None and self.curriculum:
-            session = self.client.session(self.version, None, seed, curriculum=self.curriculum)
+            session = self.client.session(self.version, None, seed, curriculum=self.curriculum, agent=self.agent)
             task = session.task_id
         else:
             task = str(task_id) if task_id is not None else task_for_seed(self.task_ids, seed)
-            session = self.client.session(self.version, task, seed)
+            session = self.client.session(self.version, task, seed, agent=self.agent)
         self.sessions[index], self.seeds[index] = session, seed
         observation, info = session.reset()
         return observation, {**info, "task_id": task, "seed": seed}

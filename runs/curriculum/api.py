@@ -15,6 +15,8 @@ class TaskStatsOut(Schema):
     agent: str
     version: str
     note: str | None = None
+    splits: dict = Field(description="train and eval (held-out) tasks: measured, rollouts, pass_rate (mean over "
+                         "measured tasks); gap = train - eval")
     tasks: list[dict]
 
 
@@ -24,6 +26,8 @@ class SampleIn(Schema):
     strategy: str = "learnable"
     seed: int = Field(0, ge=0, le=2**63 - 1)
     cost_aware: bool = False
+    recent: bool = Field(False, description="learnable: weigh by the statistics that forget (each task's last ~32 "
+                         "rollouts), so tasks since mastered stop being drawn")
 
 
 class SampleOut(Schema):
@@ -42,7 +46,8 @@ def _version(request, slug: str, number: int):
 def task_stats(request, slug: str, number: int, agent: str = ""):
     """Per task of the version: the agent's done rollouts of evaluations and sessions, successes, pass rate
     with its 90 % Beta posterior interval, mean return and steps, and a band (too_easy, too_hard,
-    learnable, unknown)."""
+    learnable, unknown) and split; `splits` sets the agent's training tasks beside its held-out ones (the
+    train-eval gap)."""
     version = _version(request, slug, number)
     return services.stats_for(team=request.team, version=version, agent_name=agent)
 
@@ -54,4 +59,5 @@ def task_sample(request, slug: str, number: int, payload: SampleIn):
     version = _version(request, slug, number)
     require(request, "run")
     return services.sample_for(team=request.team, version=version, agent_name=payload.agent, k=payload.k,
-                               strategy=payload.strategy, seed=payload.seed, cost_aware=payload.cost_aware)
+                               strategy=payload.strategy, seed=payload.seed, cost_aware=payload.cost_aware,
+                               recent=payload.recent)

@@ -17,6 +17,10 @@ class TaskStat(models.Model):
     return_sum = models.FloatField(default=0.0)
     steps_sum = models.BigIntegerField(default=0)
     seconds_sum = models.FloatField(default=0.0)
+    # The same counts with forgetting (runs.curriculum.stats.RECENT_DECAY): each new rollout of the task
+    # weighs 1 and every earlier one DECAY times what it weighed, so they add up to at most RECENT_WINDOW.
+    recent_rollouts = models.FloatField(default=0.0)
+    recent_successes = models.FloatField(default=0.0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

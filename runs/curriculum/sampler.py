@@ -7,11 +7,14 @@ TaskSampler shape: sample, then outcomes update the statistics as rollouts finis
   easy or too hard are rarely drawn (a small floor keeps every task reachable).
 - `ladder`: the lowest declared difficulty level whose tasks are not yet passed (pooled pass rate below
   EASY, or any with too few rollouts), its tasks uniformly: the ladder climbs as pass rates rise.
-`cost_aware` divides each weight by the task's mean steps. Deterministic given the seed and the statistics.
-Tasks marked `split = "eval"` are never served (they are held out).
+`cost_aware` divides each weight by the task's mean steps; `recent` weighs `learnable` by the statistics
+that forget (each task's last ~RECENT_WINDOW rollouts, runs.curriculum.stats), so a task the agent has
+since mastered stops being drawn. Deterministic given the seed and the statistics.
+Tasks marked `split = "eval"` are never served (they are held out: environments.package.task_split).
 """
 import numpy as np
 
+from environments.package import task_split
 from studio.errors import DomainError
 
 from .stats import EASY, MIN_ROLLOUTS, TaskFigures
@@ -37,7 +40,7 @@ def strategy_of(text) -> str | None:
 
 
 def training_tasks(tasks: list[dict]) -> list[dict]:
-    return [task for task in tasks if task.get("split") != "eval"]
+    return [task for task in tasks if task_split(task) == "train"]
 
 
 def _level(task: TaskFigures) -> float:
@@ -47,11 +50,11 @@ def _level(task: TaskFigures) -> float:
         return 0.0
 
 
-def weights(figures: list[TaskFigures], strategy: str, *, cost_aware: bool = False) -> np.ndarray:
+def weights(figures: list[TaskFigures], strategy: str, *, cost_aware: bool = False, recent: bool = False) -> np.ndarray:
     if strategy == "uniform":
         w = np.ones(len(figures))
     elif strategy == "learnable":
-        w = np.array([max(f.learnable_mass, FLOOR) for f in figures])
+        w = np.array([max(f.recent_learnable_mass if recent else f.learnable_mass, FLOOR) for f in figures])
     elif strategy == "ladder":
         levels = sorted({_level(f) for f in figures})
         current = levels[-1] if levels else 0.0
@@ -72,13 +75,14 @@ def weights(figures: list[TaskFigures], strategy: str, *, cost_aware: bool = Fal
     return w
 
 
-def sample(figures: list[TaskFigures], *, k: int, strategy: str, seed: int, cost_aware: bool = False) -> list[str]:
+def sample(figures: list[TaskFigures], *, k: int, strategy: str, seed: int, cost_aware: bool = False,
+           recent: bool = False) -> list[str]:
     if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= MAX_K:
         raise InvalidSample(f"k must be a whole number from 1 to {MAX_K:,}, not {k!r}", field="k")
     if strategy not in STRATEGIES:
         raise InvalidSample(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}", field="strategy")
     if not figures:
         raise InvalidSample("this version has no training tasks to sample (every task is held out for eval)", field="version")
-    w = weights(figures, strategy, cost_aware=cost_aware)
+    w = weights(figures, strategy, cost_aware=cost_aware, recent=recent)
     chosen = np.random.default_rng(seed).choice(len(figures), size=k, replace=True, p=w / w.sum())
     return [figures[i].task_id for i in chosen]

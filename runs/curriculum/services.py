@@ -1,4 +1,5 @@
 """The curriculum's reads for the API and pages: statistics and samples, team-scoped by the version."""
+from environments.package import task_split
 from studio.errors import DomainError
 
 from ..models import Agent, Rollout
@@ -20,18 +21,22 @@ def _agent_known(*, team, version, agent_name: str) -> None:
 
 def stats_for(*, team, version, agent_name: str) -> dict:
     _agent_known(team=team, version=version, agent_name=agent_name)
-    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=version.tasks or [])
+    tasks = version.tasks or []
+    figures = stats.task_figures(version=version, agent_name=agent_name, tasks=tasks)
     note = None if any(f.rollouts for f in figures) else f"no finished rollouts of {agent_name} on {version.label} yet"
-    return {"agent": agent_name, "version": version.label, "note": note, "tasks": [f.as_json() for f in figures]}
+    splits = stats.split_summary(tasks=tasks, counts={f.task_id: (f.rollouts, f.successes) for f in figures})
+    return {"agent": agent_name, "version": version.label, "note": note, "splits": splits,
+            "tasks": [{**f.as_json(), "split": task_split(task)} for f, task in zip(figures, tasks)]}
 
 
-def _draw(*, version, agent_name: str, strategy: str, k: int, seed: int, cost_aware: bool = False) -> tuple[list[str], bool]:
+def _draw(*, version, agent_name: str, strategy: str, k: int, seed: int, cost_aware: bool = False,
+          recent: bool = False) -> tuple[list[str], bool]:
     """k training tasks by `strategy` from the agent's statistics as they are now (uniform while it has
     none; an unknown strategy is refused by name whatever the statistics), and whether it had any."""
     figures = stats.task_figures(version=version, agent_name=agent_name, tasks=sampler.training_tasks(version.tasks or []))
     known = any(f.rollouts for f in figures)
     used = strategy if known or strategy not in sampler.STRATEGIES else "uniform"
-    return sampler.sample(figures, k=k, strategy=used, seed=seed, cost_aware=cost_aware), known
+    return sampler.sample(figures, k=k, strategy=used, seed=seed, cost_aware=cost_aware, recent=recent), known
 
 
 def task_pick(rollout) -> str:
@@ -55,8 +60,10 @@ def task_for_episode(*, version, agent_name: str, strategy: str, seed: int) -> s
     return task_id
 
 
-def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False) -> dict:
+def sample_for(*, team, version, agent_name: str, k: int, strategy: str, seed: int, cost_aware: bool = False,
+               recent: bool = False) -> dict:
     _agent_known(team=team, version=version, agent_name=agent_name)
-    ids, known = _draw(version=version, agent_name=agent_name, strategy=strategy, k=k, seed=seed, cost_aware=cost_aware)
+    ids, known = _draw(version=version, agent_name=agent_name, strategy=strategy, k=k, seed=seed, cost_aware=cost_aware,
+                       recent=recent)
     note = None if known else f"no statistics for {agent_name} on {version.label} yet: sampled uniformly"
     return {"agent": agent_name, "strategy": strategy, "tasks": ids, "note": note}

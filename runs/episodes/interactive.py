@@ -4,6 +4,7 @@ The web process only records the rollout and forwards to an episode host through
 holds no state: any web process serves any episode. Human play and remote sessions (and protocol
 endpoints) are thin front ends of these functions.
 """
+import re
 import secrets
 
 from django.conf import settings
@@ -17,7 +18,7 @@ from studio.models import Team
 
 from .. import events
 from .. import services as run_services
-from ..models import INFRA_ERROR, Rollout, RolloutStatus, Run, RunPurpose, RunStatus
+from ..models import INFRA_ERROR, Agent, AgentKind, Rollout, RolloutStatus, Run, RunPurpose, RunStatus
 from . import memory, plane, routing
 from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
@@ -78,6 +79,7 @@ def start_timeout_s(limits: dict) -> float:
 # A session run lists at most this many of its episodes' seeds (a training loop draws a fresh one per reset).
 SESSION_RUN_SEEDS_LISTED = 100
 RUN_NAME_MAX = 200
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}$")
 
 
 def session_run_idle_s() -> float:
@@ -118,6 +120,23 @@ def checked_run_name(run_name) -> str:
         raise InvalidEpisode(f"run_name must be a non-empty text of at most {RUN_NAME_MAX} characters without '/'.",
                              field="run_name")
     return run_name.strip()
+
+
+def checked_agent_name(*, team, name, default: str) -> str:
+    """The agent a remote client names for its episodes (`agent=`; `default` when it names none): their
+    rollouts, and so the task statistics (runs/curriculum), count under that name. InvalidEpisode names
+    what is wrong: not 1-120 letters, digits, '.', '_' or '-', or the name of a team agent that is not remote
+    (a random or scripted agent's statistics are its runs', never a remote client's)."""
+    if name is None:
+        return default
+    if not isinstance(name, str) or not AGENT_NAME.match(name):
+        raise InvalidEpisode(f"agent must be 1 to 120 letters, digits, '.', '_' or '-' (starting with a letter or digit), "
+                             f"not {name!r}.", field="agent")
+    kind = Agent.objects.filter(team=team, name=name).values_list("kind", flat=True).first()
+    if kind is not None and kind != AgentKind.REMOTE:
+        raise InvalidEpisode(f"agent {name!r} is the team's {kind} agent: name a remote agent (a new name makes one).",
+                             field="agent")
+    return name
 
 
 def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, agent_name: str, agent_kind: str,

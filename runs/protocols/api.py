@@ -1,7 +1,7 @@
 """REST endpoints of the protocols: a version's OpenEnv base URL (with its scoped key) and its spaces."""
 from typing import Any
 
-from ninja import Router, Schema
+from ninja import Field, Router, Schema
 
 from environments.selectors import environment_get, version_get
 from studio.auth import require
@@ -24,6 +24,7 @@ class OpenEnvOut(Schema):
 class SpacesOut(Schema):
     version: str
     task_ids: list[str]
+    eval_task_ids: list[str] = Field([], description="the held-out tasks (split = eval): measured, never practised")
     action_space: Any = None
     observation_space: Any = None
     action_schema: Any = None
@@ -70,4 +71,6 @@ def version_spaces(request, slug: str, number: int, task_id: str | None = None):
     """The action and observation spaces (Gymnasium-style descriptions) and tools clients build on."""
     version = _version(request, slug, number)
     found = spaces.version_spaces(version=version, task_id=task_id)
-    return {"version": version.label, "task_ids": spaces.task_ids_of(version), **found}
+    training = set(spaces.training_task_ids_of(version))
+    every = spaces.task_ids_of(version)
+    return {"version": version.label, "task_ids": every, "eval_task_ids": [i for i in every if i not in training], **found}

@@ -1,11 +1,12 @@
 """Episodes as the protocols drive them: open (seed and task chosen as OpenEnv callers expect), step
 (its action already checked against the version's action form, runs/protocols/wire.py), observe, close. Each is a recorded rollout of
-the team's `openenv` (or `mcp`) agent, through the interactive episode service (runs/episodes)."""
+the agent the client names (`agent=`), else the team's `openenv` (or `mcp`) agent, through the interactive episode service (runs/episodes)."""
 import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from runs.curriculum.sampler import STRATEGIES as CURRICULA
 from runs.curriculum.services import task_for_episode
 from runs.episodes import interactive
 from runs.models import AgentKind
@@ -48,8 +49,7 @@ class ProtocolEpisode:
     form: wire.ActionForm | None = None
 
 
-RESET_KEYS = ("seed", "task_id", "episode_id", "curriculum")
-CURRICULA = ("uniform", "learnable", "ladder")
+RESET_KEYS = ("seed", "task_id", "episode_id", "curriculum", "agent")
 
 
 def reset_arguments(*, version, data: dict) -> tuple[str, int]:
@@ -73,6 +73,10 @@ def reset_arguments(*, version, data: dict) -> tuple[str, int]:
     if curriculum is not None and curriculum not in CURRICULA:
         errors.append({"type": "literal_error", "loc": ["data", "curriculum"],
                        "msg": f"curriculum must be one of {', '.join(CURRICULA)}", "input": curriculum})
+    agent = data.get("agent")
+    if agent is not None and (not isinstance(agent, str) or not interactive.AGENT_NAME.match(agent)):
+        errors.append({"type": "string_pattern_mismatch", "loc": ["data", "agent"], "input": agent,
+                       "msg": "agent must be 1 to 120 letters, digits, '.', '_' or '-' (starting with a letter or digit)"})
     if errors:
         raise ResetInvalid(errors)
     if seed is None:
@@ -80,19 +84,24 @@ def reset_arguments(*, version, data: dict) -> tuple[str, int]:
     return (str(task_id) if task_id is not None else spaces.task_for_seed(version, seed)), seed
 
 
-def curriculum_task(access: Access, *, data: dict, task_id: str, seed: int) -> str:
-    """The task of a reset: the one it names, else (with `curriculum`) the sampler's pick for the access's
-    agent from its statistics (docs/curriculum.md). Blocking (the statistics are in the database)."""
-    if data.get("curriculum") is None or data.get("task_id") is not None:
-        return task_id
-    return task_for_episode(version=access.version, agent_name=access.agent_name, strategy=data["curriculum"], seed=seed)
+def reset_open(access: Access, *, data: dict, task_id: str, seed: int, default_agent: str | None = None) -> ProtocolEpisode:
+    """Open the episode of a reset (its `data` checked by reset_arguments, which chose `task_id` and `seed`).
+    Its agent: the reset's `agent`, else the base URL's (`?agent=`), else `default_agent` (the credential's
+    `openenv`). Its task: the one it names, else with a curriculum (the reset's, else the URL's) the
+    sampler's pick for that agent from its statistics (docs/curriculum.md), else `task_id`. Blocking."""
+    agent_name = interactive.checked_agent_name(team=access.team, name=data.get("agent") or access.url_agent,
+                                                default=default_agent or access.agent_name)
+    strategy = data.get("curriculum") or access.url_curriculum
+    if strategy is not None and data.get("task_id") is None:
+        task_id = task_for_episode(version=access.version, agent_name=agent_name, strategy=strategy, seed=seed)
+    return episode_open(access, task_id=task_id, seed=seed, agent_name=agent_name)
 
 
 def action_form_of(*, version, spaces_now: dict | None = None) -> wire.ActionForm:
     return spaces.action_form(spaces_now or spaces.version_spaces(version=version))
 
 
-def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str = "openenv") -> ProtocolEpisode:
+def episode_open(access: Access, *, task_id: str, seed: int, agent_name: str) -> ProtocolEpisode:
     opened = interactive.episode_open(
         team=access.team, actor=access.user, version=access.version, task_id=task_id, seed=seed, driver="session",
         agent_name=agent_name, agent_kind=AgentKind.REMOTE, credential=access.tags[0] if access.tags else "",

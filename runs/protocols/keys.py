@@ -7,7 +7,7 @@ import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -15,6 +15,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from environments.selectors import version_by_label
+from runs.curriculum.sampler import STRATEGIES
+from runs.episodes.interactive import checked_agent_name
 from studio.errors import DomainError
 from studio.models import Membership
 from studio.revocation import CLOSE_REVOKED, ensure_listening, member_tag, openenv_key_tag, revocation_cache, revocation_publish, token_tag
@@ -33,7 +35,8 @@ class AccessRefused(DomainError):
 
 @dataclass(frozen=True)
 class Access:
-    """A resolved credential: the member acting, their team, and the one version they may drive."""
+    """A resolved credential: the member acting, their team, and the one version they may drive; with
+    what the base URL's query asks of its episodes (`?agent=NAME&curriculum=STRATEGY`), if anything."""
 
     team: object
     user: object
@@ -42,6 +45,8 @@ class Access:
     agent_name: str
     # The credentials it stands on (studio/revocation.py): revoking any of them ends what it holds open.
     tags: tuple = ()
+    url_agent: str | None = None
+    url_curriculum: str | None = None
 
 
 def key_raw(key: OpenEnvKey) -> str:
@@ -94,16 +99,22 @@ def _cache_clear() -> None:
 revocation_cache(_cache_clear)
 
 
-def access_resolve(*, team_slug: str, label: str, key: str | None, bearer: str | None) -> Access:
+def access_resolve(*, team_slug: str, label: str, key: str | None, bearer: str | None, agent: str | None = None,
+                   curriculum: str | None = None) -> Access:
     """The Access of a key (in the path) or a bearer token for `team_slug`/`label`; AccessRefused
-    (401, 403 or 404) naming what is wrong otherwise. Remembered for ACCESS_CACHE_S."""
+    (401, 403 or 404) naming what is wrong otherwise. `agent` and `curriculum` are the base URL's query
+    (checked: a DomainError naming the parameter). Remembered for ACCESS_CACHE_S."""
     credential = key if key is not None else (bearer or "")
-    cache_key = hashlib.sha256(f"{credential}\0{team_slug}\0{label}".encode()).hexdigest()
+    cache_key = hashlib.sha256(f"{credential}\0{team_slug}\0{label}\0{agent}\0{curriculum}".encode()).hexdigest()
     ensure_listening()  # a revocation in another process empties this cache
     hit = _cache.get(cache_key)
     if hit is not None and hit[0] > time.monotonic():
         return hit[1]
     access = _key_access(key, team_slug, label) if key is not None else _token_access(bearer, team_slug, label)
+    if curriculum is not None and curriculum not in STRATEGIES:
+        raise DomainError(f"curriculum must be one of {', '.join(STRATEGIES)}, not {curriculum!r}", field="curriculum")
+    access = replace(access, url_agent=None if agent is None else checked_agent_name(team=access.team, name=agent, default=""),
+                     url_curriculum=curriculum)
     with _cache_lock:
         if len(_cache) > 10_000:
             _cache.clear()

@@ -1,8 +1,9 @@
 """A version's tools over MCP at `<openenv base>/mcp`, in the two ways clients speak to it:
 
 - MCP's streamable HTTP transport (JSON responses), for MCP clients: each MCP session is a studio
-  episode; `initialize` opens it (task and seed from the URL's `?task_id=`/`?seed=` query, else
-  chosen by the seed as over OpenEnv; its id is the `Mcp-Session-Id`), `tools/call` is a step
+  episode; `initialize` opens it (task and seed from the URL's `?task_id=`/`?seed=` query, else with
+  `?curriculum=STRATEGY` the sampler's pick for the agent (`?agent=NAME`, else `mcp`), else chosen by the
+  seed as over OpenEnv; its id is the `Mcp-Session-Id`), `tools/call` is a step
   ({"tool": name, "arguments": {...}}), the call that ends the episode verifies it, DELETE closes it.
 - openenv-core's JSON-RPC (no `initialize`, no session header; runs/protocols/jsonrpc.py), as its
   MCPToolClient in production mode sends it: `openenv/session/create` opens an episode whose id is
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 SESSION_HEADER = b"mcp-session-id"
+MCP_AGENT_NAME = "mcp"  # the agent of MCP sessions whose base URL names none (`?agent=`)
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
 
@@ -117,7 +119,8 @@ async def _serve_openenv(access, scope, send, body: bytes) -> None:
 
 
 class HttpPeer:
-    """openenv-core's HTTP MCP sessions (jsonrpc.McpPeer): a session is an episode of the `mcp` agent."""
+    """openenv-core's HTTP MCP sessions (jsonrpc.McpPeer): a session is an episode of the `mcp` agent
+    (or the base URL's `?agent=`), its task the base URL's curriculum's pick when it names one."""
 
     def __init__(self, access):
         self.access = access
@@ -139,7 +142,8 @@ class HttpPeer:
         opened = session_id is None
         if opened:  # as openenv-core's stateless call: an episode for this call alone
             task_id, seed = driver.reset_arguments(version=self.access.version, data={})
-            episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed, agent_name="mcp")
+            episode = await driver.in_thread(driver.reset_open, self.access, data={}, task_id=task_id, seed=seed,
+                                             default_agent=MCP_AGENT_NAME)
         else:
             episode = await self._episode(session_id)
         try:
@@ -151,7 +155,8 @@ class HttpPeer:
 
     async def create(self) -> str:
         task_id, seed = driver.reset_arguments(version=self.access.version, data={})
-        episode = await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed, agent_name="mcp")
+        episode = await driver.in_thread(driver.reset_open, self.access, data={}, task_id=task_id, seed=seed,
+                                         default_agent=MCP_AGENT_NAME)
         _watch_session(self.access, episode.episode_id)
         return episode.episode_id
 
@@ -174,6 +179,7 @@ async def _initialize(access, scope, request_id, params: dict):
     if "seed" in query:
         seed = query["seed"][0]
         arguments["seed"] = int(seed) if seed.isdigit() else seed
+    # (`?agent=` and `?curriculum=` are the access's: the base URL's query, checked as it was resolved)
     try:
         task_id, seed = driver.reset_arguments(version=access.version, data=arguments)
     except driver.ResetInvalid as exc:
@@ -181,7 +187,8 @@ async def _initialize(access, scope, request_id, params: dict):
     if spaces.gymnasium_id_of(access.version) is not None:
         return 400, _error(request_id, INVALID_REQUEST, f"{access.version.label} has no tools to serve over MCP."), []
     try:
-        episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed, agent_name="mcp")
+        episode = await driver.in_thread(driver.reset_open, access, data=arguments, task_id=task_id, seed=seed,
+                                         default_agent=MCP_AGENT_NAME)
     except DomainError as exc:
         return exc.status, _error(request_id, INVALID_REQUEST, exc.message), []
     if not episode.tools:
@@ -193,7 +200,7 @@ async def _initialize(access, scope, request_id, params: dict):
         "capabilities": {"tools": {"listChanged": False}},
         "serverInfo": {"name": f"environment-studio {access.version.label}", "version": str(access.version.number)},
         # What the agent is asked, as the first observation: an MCP client has no reset to read it from.
-        "instructions": dumps({"task_id": task_id, "seed": seed, "rollout_id": episode.rollout_id,
+        "instructions": dumps({"task_id": episode.task_id, "seed": seed, "rollout_id": episode.rollout_id,
                                "observation": episode.observation}),
     }
     _watch_session(access, episode.episode_id)

@@ -36,6 +36,10 @@ PATH = re.compile(
     r"^/openenv/(?P<team>[a-z0-9][a-z0-9-]*)/(?P<label>[a-z0-9][a-z0-9-]*@[0-9]+)(?:/k/(?P<key>[^/]+))?(?P<rest>/.*)?$"
 )
 MAX_MESSAGE_BYTES = 25 * 1024 * 1024
+# A client that appends its routes to a base URL with a query (`.../k/KEY?agent=a` + `/ws`, as
+# openenv-core's clients do) sends the route inside the query: `?agent=a/ws`. Names in the query never hold '/'.
+APPENDED_ROUTE = re.compile(r"^(?P<query>[^/]*)(?P<route>/(?:ws|reset|step|state|close|schema|metadata|health|mcp|docs|redoc"
+                            r"|openapi\.json))/?(?:\?(?P<more>.*))?$")
 HTTP_ROUTES = {("GET", "/health"), ("GET", "/metadata"), ("GET", "/schema"), ("GET", "/state"), ("POST", "/reset"),
                ("POST", "/step"), ("POST", "/close"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
 
@@ -56,8 +60,26 @@ def bearer_of(scope) -> str | None:
     return None
 
 
+def base_query_moved(scope) -> dict:
+    """The scope with a route that rode in the base URL's query (APPENDED_ROUTE) put back on the path,
+    so `.../k/KEY?agent=a&curriculum=learnable` works as a base URL; the scope itself otherwise."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    moved = APPENDED_ROUTE.match(query) if "/" in query else None
+    if moved is None:
+        return scope
+    rest = "&".join(part for part in (moved["query"], moved["more"]) if part)
+    return {**scope, "path": scope["path"].rstrip("/") + moved["route"], "query_string": rest.encode("latin-1")}
+
+
+def url_choices(scope) -> dict:
+    """What the base URL's query asks of its episodes: {"agent": NAME, "curriculum": STRATEGY}, each or none."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    return {name: query[name][0] for name in ("agent", "curriculum") if name in query}
+
+
 async def access_of(scope, match):
-    return await driver.in_thread(access_resolve, team_slug=match["team"], label=match["label"], key=match["key"], bearer=bearer_of(scope))
+    return await driver.in_thread(access_resolve, team_slug=match["team"], label=match["label"], key=match["key"],
+                                  bearer=bearer_of(scope), **url_choices(scope))
 
 
 # -- the websocket session ---------------------------------------------------------------------------
@@ -150,19 +172,16 @@ class OpenEnvSession:
         except driver.ResetInvalid as exc:
             return await self._error("Invalid message", VALIDATION_ERROR, errors=exc.errors)
         try:
-            if (data.get("data") or {}).get("curriculum") is not None:  # one more hop only when asked
-                task_id = await driver.in_thread(driver.curriculum_task, self.access, data=data["data"],
-                                                 task_id=task_id, seed=seed)
-            self.episode = await self._open(task_id=task_id, seed=seed)
+            self.episode = await self._open(data=data.get("data") or {}, task_id=task_id, seed=seed)
         except DomainError as exc:
             code = {429: CAPACITY_REACHED, 409: FACTORY_ERROR, 400: VALIDATION_ERROR}.get(exc.status, SESSION_ERROR)
             return await self._error(exc.message, code)
         await self._reply("observation", wire.reset_payload(self.episode, info=self.episode.reset_info))
 
-    async def _open(self, *, task_id: str | None = None, seed: int | None = None) -> driver.ProtocolEpisode:
+    async def _open(self, *, data: dict | None = None, task_id: str | None = None, seed: int | None = None) -> driver.ProtocolEpisode:
         if task_id is None:
             task_id, seed = driver.reset_arguments(version=self.access.version, data={})
-        return await driver.in_thread(driver.episode_open, self.access, task_id=task_id, seed=seed)
+        return await driver.in_thread(driver.reset_open, self.access, data=data or {}, task_id=task_id, seed=seed)
 
     async def _step(self, data: dict) -> None:
         if self.episode is None:
@@ -352,17 +371,18 @@ async def _http_reset(access, body, query, **_):
     except ValidationError as exc:
         raise HttpRefused(422, messages.errors_of(exc, prefix=["body"], url=False)) from None
     # OpenEnv's `episode_id` names an episode of the caller's choosing; the studio makes its own.
-    arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items() if key in ("seed", "task_id", "curriculum")}
+    arguments = {key: value for key, value in request.model_dump(exclude_unset=True).items()
+                 if key in ("seed", "task_id", "curriculum", "agent")}
     try:
         task_id, seed = driver.reset_arguments(version=access.version, data=arguments)
     except driver.ResetInvalid as exc:
         raise HttpRefused(422, [{**error, "loc": ["body", *error["loc"][1:]]} for error in exc.errors]) from None
     try:
-        if arguments.get("curriculum") is not None:
-            task_id = await driver.in_thread(driver.curriculum_task, access, data=arguments, task_id=task_id, seed=seed)
+        episode = await driver.in_thread(driver.reset_open, access, data=arguments, task_id=task_id, seed=seed)
     except DomainError as exc:
+        if exc.status != 400:
+            raise
         raise HttpRefused(exc.status, [{"type": "value_error", "loc": ["body", exc.field or "curriculum"], "msg": exc.message}]) from None
-    episode = await driver.in_thread(driver.episode_open, access, task_id=task_id, seed=seed)
     return 200, wire.reset_payload(episode, info=episode.reset_info)
 
 

@@ -12,6 +12,7 @@ class ProtocolRoutes:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket") or not scope["path"].startswith(openenv.PREFIX):
             return await self.app(scope, receive, send)
+        scope = openenv.base_query_moved(scope)
         match = openenv.PATH.match(scope["path"])
         rest = (match["rest"] or "/") if match else None
         if scope["type"] == "websocket":

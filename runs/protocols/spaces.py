@@ -9,6 +9,7 @@ per version: a version never changes) and published from then on.
 import functools
 import json
 
+from environments.package import task_split
 from runs.episodes import routing
 from runs.episodes.setup import task_of
 
@@ -21,9 +22,15 @@ def task_ids_of(version) -> list[str]:
     return [str(task["id"]) for task in version.tasks]
 
 
+def training_task_ids_of(version) -> list[str]:
+    """The task ids a training loop may be given unasked: every one not held out (split = eval)."""
+    return [str(task["id"]) for task in version.tasks if task_split(task) == "train"]
+
+
 def task_for_seed(version, seed: int) -> str:
-    """The task an episode gets when only a seed is given: the same seed, the same task."""
-    ids = task_ids_of(version)
+    """The task an episode gets when only a seed is given: the same seed, the same training task (a held-out
+    task is served only when named; a version whose every task is held out gives them by seed)."""
+    ids = training_task_ids_of(version) or task_ids_of(version)
     if not ids:
         raise ValueError(f"{version.label} has no tasks")
     return ids[seed % len(ids)]

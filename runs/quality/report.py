@@ -259,8 +259,8 @@ def difficulty_figures(*, tasks: list[dict], rows: list[dict], agent: str | None
         counts = per_agent_task.setdefault((row["agent"], row["task_id"]), [0, 0])
         counts[0] += 1
         counts[1] += ok
-        split = task.get("split")
-        if split in ("train", "test"):
+        split = {"train": "train", "test": "test", "eval": "test"}.get(task.get("split"))  # eval: the held-out name
+        if split is not None:
             counts = splits.setdefault(row["agent"], {}).setdefault(split, [0, 0])
             counts[0] += 1
             counts[1] += ok

@@ -70,12 +70,14 @@ def list_open_episodes(request):
 @router.post("/sessions", response={201: SessionOut})
 def start_session(request, payload: SessionIn):
     """Start the environment version in a sandbox (held by an episode host) for one task and seed;
-    returns the first observation and the tools. Recorded as a rollout of the team's `remote` agent."""
+    returns the first observation and the tools. Recorded as a rollout of the team's agent named `agent`
+    (a remote agent, `remote` when left out), whose task statistics it adds to."""
     require(request, "run")
     version = version_by_label(team=request.team, label=payload.version)
     opened = services.session_start(
         team=request.team, actor=request.user, version=version, task_id=payload.task_id, seed=payload.seed,
         credential=token_tag(request.auth.pk), run_name=payload.run_name, curriculum=payload.curriculum,
+        agent_name=payload.agent,
     )
     return Status(201, opened)
 

@@ -10,6 +10,8 @@ class SessionIn(Schema):
     curriculum: Literal["uniform", "learnable", "ladder"] | None = Field(
         None, description="no task_id: the curriculum's sampler picks the task from the agent's statistics (docs/curriculum.md)")
     seed: int = Field(0, ge=0, lt=2**63)
+    agent: str | None = Field(None, description="the agent this loop's episodes (and task statistics) count under; "
+                              "`remote` when left out")
     run_name: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^/]+$",
                                  description="Group this episode into the session run of this name (a new run for a new name)")
 

@@ -1,5 +1,5 @@
 """Remote sessions: a training loop drives an episode over the API, recorded as a rollout of the
-team's `remote` agent. A thin front end of the interactive episode service (runs/episodes)."""
+remote agent it names (`agent=`), else the team's `remote` agent. A thin front end of the interactive episode service (runs/episodes)."""
 from ..curriculum.services import task_for_episode
 from ..episodes import interactive
 from ..models import AgentKind, Rollout
@@ -9,18 +9,20 @@ REMOTE_AGENT_NAME = "remote"
 
 
 def session_start(*, team, actor, version, task_id: str | None, seed: int, credential: str, run_name: str | None = None,
-                  curriculum: str | None = None) -> dict:
+                  curriculum: str | None = None, agent_name: str | None = None) -> dict:
     """Start (version, task, seed) on an episode host; returns {session_id, rollout_id, run_id,
     observation, reset_info, tools, action_space, observation_space}. What the episode reported of
     its spaces becomes the version's published spaces (GET .../spaces), as protocol episodes do.
-    The episode joins the session run of `credential` (or of `run_name`), runs.episodes.interactive.session_run_for."""
+    The episode joins the session run of `credential` (or of `run_name`), runs.episodes.interactive.session_run_for.
+    Its rollout is the named agent's (REMOTE_AGENT_NAME when none), and so are its curriculum's statistics."""
+    agent_name = interactive.checked_agent_name(team=team, name=agent_name, default=REMOTE_AGENT_NAME)
     if task_id is None:
         if curriculum is None:
             raise interactive.InvalidEpisode("Give a task_id, or a curriculum to pick one.", field="task_id")
-        task_id = task_for_episode(version=version, agent_name=REMOTE_AGENT_NAME, strategy=curriculum, seed=seed)
+        task_id = task_for_episode(version=version, agent_name=agent_name, strategy=curriculum, seed=seed)
     opened = interactive.episode_open(
         team=team, actor=actor, version=version, task_id=task_id, seed=seed, driver="session",
-        agent_name=REMOTE_AGENT_NAME, agent_kind=AgentKind.REMOTE, credential=credential, run_name=run_name,
+        agent_name=agent_name, agent_kind=AgentKind.REMOTE, credential=credential, run_name=run_name,
     )
     spaces_remember(version=version, opened=opened)
     return {"session_id": opened["episode_id"], "task_id": task_id, **opened}

@@ -161,3 +161,56 @@ def test_bad_curriculum_runs_are_refused_by_field(owner_api, team, owner, body, 
     response = owner_api.post("/runs", json.dumps({"version": "bands@1", "agent": "random", **body}))
     assert response.status_code == 400, response.content
     assert response.json()["field"] == field
+
+
+def test_the_train_eval_gap_per_agent_is_in_the_stats_and_on_the_task_map(owner_api, owner, team):
+    """The random agent always passes its training task (easy) and passes the held-out coin about half the
+    time: the gap is train minus eval, per agent, in the API and on the version page's task map."""
+    version = package_version(team, owner, "bands", ENV_PY, tasks=TASKS)
+    play_run(run_services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner),
+                                     task_ids=["easy", "held-out"], seeds=list(range(16))))
+    body = owner_api.get(f"{URL}/stats", {"agent": "random"}).json()
+    splits = body["splits"]
+    assert splits["train"] == {"tasks": 3, "measured": 1, "rollouts": 16, "pass_rate": 1.0}
+    assert splits["eval"]["tasks"] == 1 and splits["eval"]["rollouts"] == 16
+    held_out = next(t for t in body["tasks"] if t["task_id"] == "held-out")
+    assert held_out["split"] == "eval" and splits["eval"]["pass_rate"] == held_out["pass_rate"] < 1.0
+    assert splits["gap"] == round(1.0 - held_out["pass_rate"], 4) > 0
+    page = login(owner).get("/t/alpha/curriculum/versions/bands/1/tasks/").content.decode()
+    assert f'data-agent="random" data-gap="{splits["gap"]}"' in page and "Train vs eval" in page
+
+
+def test_statistics_that_forget_are_kept_as_rollouts_finish_and_steer_the_recent_sampler(owner_api, team, owner):
+    """Each finishing rollout decays its task's recent counts (the SQL matches the Python reference); with
+    `recent`, learnable stops drawing a task the agent has lately mastered though its all-time record is mixed."""
+    from runs.curriculum.models import TaskStat
+    from runs.curriculum.stats import recent_counts_after
+
+    version = package_version(team, owner, "bands", ENV_PY, tasks=TASKS)
+    rollouts = play_run(run_services.run_create(team=team, actor=owner, version=version, agent=random_agent(team, owner),
+                                                task_ids=["coin"], seeds=list(range(12))))
+    expected = (0.0, 0.0)
+    for rollout in sorted(rollouts, key=lambda r: (r.finished_at, r.pk)):
+        expected = recent_counts_after(rollouts=expected[0], successes=expected[1], success=rollout.status == "succeeded")
+    coin = TaskStat.objects.get(environment_version=version, agent_name="random", task_id="coin")
+    assert (coin.rollouts, round(coin.recent_rollouts, 6), round(coin.recent_successes, 6)) == (
+        12, round(expected[0], 6), round(expected[1], 6))
+    assert 0 < coin.recent_rollouts < 12  # older rollouts weigh less
+
+    # All-time, coin is a coin (100 of 200); lately (its last ~32) the agent passes it every time.
+    TaskStat.objects.filter(pk=coin.pk).update(rollouts=200, successes=100, recent_rollouts=32.0, recent_successes=32.0)
+    TaskStat.objects.create(team=team, environment_version=version, task_id="easy", agent_name="random", rollouts=200,
+                            successes=200, recent_rollouts=32.0, recent_successes=32.0)
+    TaskStat.objects.create(team=team, environment_version=version, task_id="never", agent_name="random", rollouts=20,
+                            successes=10, recent_rollouts=20.0, recent_successes=10.0)  # (here: the one still learnable)
+
+    def sample(**body):
+        response = owner_api.post(f"{URL}/sample", json.dumps({"agent": "random", "k": 300, "seed": 1, "strategy": "learnable", **body}))
+        assert response.status_code == 200, response.content
+        return response.json()["tasks"]
+
+    assert sample().count("coin") > 100  # all-time: coin still looks learnable
+    lately = sample(recent=True)
+    assert lately.count("coin") < 15 and lately.count("never") > 270, lately.count("coin")
+    stats = {t["task_id"]: t for t in owner_api.get(f"{URL}/stats", {"agent": "random"}).json()["tasks"]}
+    assert stats["coin"]["pass_rate"] == 0.5 and stats["coin"]["recent_pass_rate"] == 1.0

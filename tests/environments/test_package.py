@@ -556,3 +556,10 @@ def test_duplicate_members_are_refused():
     with pytest.warns(UserWarning):
         data = make_zip([("env.py", b"a"), ("env.py", b"b")])
     assert refused(data).file == "env.py"
+
+
+def test_a_task_split_other_than_train_or_eval_is_reported_on_its_line():
+    tasks = '{"id": "t1", "split": "train"}\n{"id": "t2", "split": "eval"}\n{"id": "t3", "split": "validation"}\n'
+    problem = only_problem(package(tasks_dot_jsonl=tasks))
+    assert (problem.file, problem.line) == ("tasks.jsonl", 3)
+    assert "'split' must be \"train\" or \"eval\"" in str(problem) and "validation" in str(problem)

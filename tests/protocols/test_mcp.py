@@ -77,3 +77,25 @@ def test_mcp_bad_calls_are_json_rpc_errors_and_leaving_closes_the_episode(openen
     lake = openenv_of(frozen_lake, owner)["mcp_url"]
     refused = httpx.post(lake, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}})
     assert refused.status_code == 400 and "has no tools" in refused.json()["error"]["message"]
+
+
+def test_an_mcp_url_with_a_curriculum_gets_the_samplers_task_for_its_agent(openenv_of, inventory, owner, team):
+    """`?curriculum=learnable&agent=NAME` on the MCP URL: each session's task is the sampler's pick from that
+    agent's statistics (q3 is the one still learnable), recorded as that agent's; a bad strategy is refused."""
+    from runs.curriculum.models import TaskStat
+
+    for task_id, successes in (("q1", 40), ("q2", 40), ("q3", 20), ("q4", 0), ("q5", 0)):
+        TaskStat.objects.create(team=team, environment_version=inventory, task_id=task_id, agent_name="tool-user",
+                                rollouts=40, successes=successes, steps_sum=40)
+    base = openenv_of(inventory, owner)["mcp_url"]
+
+    async def work(session, initialized):
+        return json.loads(initialized.instructions)
+
+    started = [with_session(f"{base}?curriculum=learnable&agent=tool-user&seed={seed}", work) for seed in range(4)]
+    assert [start["task_id"] for start in started].count("q3") >= 3, started
+    assert {Rollout.objects.get(pk=start["rollout_id"]).run.agent.name for start in started} == {"tool-user"}
+    named = with_session(f"{base}?curriculum=learnable&agent=tool-user&task_id=q1", work)
+    assert named["task_id"] == "q1"  # a named task keeps it
+    refused = httpx.post(f"{base}?curriculum=greedy", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+    assert refused.status_code == 400 and "curriculum must be one of" in refused.json()["error"]["message"]
