@@ -86,10 +86,11 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
     rollout = setup.rollout
     episode = episode_start(setup=setup)
     heartbeat.writer = episode.writer
-    agent_sandbox = policy.sandbox  # None for a policy that runs in the worker (a model's)
     # A cancel seen while a call hangs (a step that sleeps) kills the sandboxes: the call returns at once.
+    # The agent's sandbox is read then: None for a policy in the worker (a model's, a random agent's on a
+    # bounded space), and a random agent may start one mid-episode.
     heartbeat.on_cancel = lambda: episode_interrupt(
-        episode=episode, fault=_cancelled(), sandboxes=[agent_sandbox] if agent_sandbox is not None else [])
+        episode=episode, fault=_cancelled(), sandboxes=[policy.sandbox] if policy.sandbox is not None else [])
     try:
         policy.start(env=episode.sandbox, task=setup.agent_task, seed=setup.seed, limits=setup.sandbox_limits)
     except SandboxError as exc:
@@ -97,8 +98,7 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
     except AgentFailed as exc:
         raise episode_fail(episode=episode, fault=EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
     finally:
-        if policy.facts:
-            setup.reproduction["agent_sandbox"] = public_facts(policy.facts)
+        _note_agent_sandbox(setup, policy)
     writer, cancel = episode.writer, CancelCheck(rollout, episode.writer)
     deadline = time.monotonic() + setup.sandbox_limits.episode_timeout_s
     end_reason = "max_steps"
@@ -116,8 +116,10 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
         try:
             action = policy.act(episode.observation, episode.info)
         except SandboxError as exc:
+            _note_agent_sandbox(setup, policy)
             raise episode_fail(episode=episode, fault=episode.interruption or fault_of("agent.py", exc)) from None
         except AgentFailed as exc:
+            _note_agent_sandbox(setup, policy)
             raise episode_fail(episode=episode, fault=episode.interruption or EpisodeFault(RolloutStatus.ERRORED, str(exc), "error")) from None
         except AgentStepError as exc:
             episode_reject_action(episode=episode, action=exc.action, reason=exc.reason, agent_record=_record(policy))
@@ -131,10 +133,17 @@ def _drive_with(setup, policy, heartbeat: Heartbeat) -> str:
                 setup.reproduction["agent_last_turn"] = exc.record
             break
         episode_step(episode=episode, action=action, agent_record=_record(policy))
+    _note_agent_sandbox(setup, policy)
     writer.flush()
     if episode.interruption is not None or cancel.cancelled(force=True):
         raise episode_fail(episode=episode, fault=_cancelled())
     return episode_finish(episode=episode, end_reason=end_reason).status
+
+
+def _note_agent_sandbox(setup, policy) -> None:
+    """Where the agent ran, in the reproduction record (a random agent may start its sandbox mid-episode)."""
+    if policy.facts:
+        setup.reproduction["agent_sandbox"] = public_facts(policy.facts)
 
 
 def _record(policy) -> dict | None:

@@ -1,5 +1,6 @@
-"""The built-in random agent runs in an agent sandbox of its own, with the rollout's limits: a huge
-action space costs the worker nothing, every environment kind gets valid actions (browser pages
+"""The built-in random agent samples a bounded declared space in the worker (no second sandbox, the same
+draws as its agent sandbox makes) and anything else in an agent sandbox of its own, with the rollout's
+limits: a huge action space costs the worker nothing, every environment kind gets valid actions (browser pages
 included), and a version with nothing to sample is told so at commit. The README's Counter example
 works with every built-in agent."""
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from environments import package
+from runs.agents import RANDOM_AGENT_CODE, SCRIPTED_AGENT_FILE
 from runs.models import RolloutStatus
+from runs.sandbox import ProcessSandbox
 from tests.agents.conftest import model_agent, model_server, reply, tool_call  # noqa: F401 - fixtures
 from tests.runs.rollout_factories import package_version, play_one, random_agent, scripted_agent
 
@@ -121,3 +124,50 @@ def test_random_agent_acts_on_a_browser_pages_elements(team, owner, settings, tm
     # Valid actions on the page's own elements: the page accepted (nearly) every one.
     refused = [step.observation.get("error") for step in steps if step.observation.get("error")]
     assert len(refused) <= len(steps) // 3, refused
+
+
+SPACES_ENV = """
+class Env:
+    def reset(self, task, seed):
+        self.t = 0
+        self.action_space = SPACES[task["id"]]
+        return {"t": 0}
+
+    def step(self, action):
+        self.t += 1
+        return {"t": self.t}, 0.0, self.t >= 6, False, {"action": action}
+
+SPACES = {
+    "discrete": {"type": "discrete", "n": 7, "start": -3},
+    "box": {"type": "box", "shape": [2, 2], "low": [[-1.0, 0.0], [None, -5.0]], "high": 1.5, "dtype": "float32"},
+    "unbounded-box": {"type": "box", "shape": [3], "low": float("-inf"), "high": float("inf")},
+    "text": {"type": "text", "max_length": 12, "alphabet": "xyz"},
+    "choice": {"type": "choice", "values": ["north", "south", 3, None]},
+    "multi_discrete": {"type": "multi_discrete", "nvec": [2, 5, 9]},
+    "multi_binary": {"type": "multi_binary", "n": [2, 3]},
+}
+"""
+SPACE_TASKS = ["discrete", "box", "unbounded-box", "text", "choice", "multi_discrete", "multi_binary"]
+
+
+def test_a_bounded_space_is_sampled_in_the_worker_with_the_agent_sandboxs_draws(team, owner):
+    """The worker draws for declared spaces and tools (no agent sandbox: its reproduction says so) and
+    draws exactly what the agent sandbox draws for the same seed and space, step by step (tool lists:
+    the README's Counter below)."""
+    version = package_version(team, owner, "spaces", SPACES_ENV, tasks=[{"id": t} for t in SPACE_TASKS], max_steps=6)
+    agent = random_agent(team, owner)
+    for task_id in SPACE_TASKS:
+        rollout = play_one(team, owner, version, agent, task_id=task_id, seed=11)
+        assert rollout.status == RolloutStatus.FAILED and not rollout.error, (task_id, rollout.error)  # no verify: 0
+        assert rollout.reproduction["agent_sandbox"]["backend"] == "worker", task_id
+        actions = [step.action for step in rollout.steps.order_by("index")]
+        assert len(actions) == 6
+        # The same draws from the SDK's sampler in an agent sandbox, told the space the env published.
+        with ProcessSandbox() as env, ProcessSandbox() as sampler:
+            env.start({"env.py": SPACES_ENV}, mode="env", entrypoint="env:Env")
+            env.reset({"id": task_id}, 11)
+            sampler.start({SCRIPTED_AGENT_FILE: RANDOM_AGENT_CODE}, mode="agent", entrypoint="agent")
+            sampler.reset({"id": task_id}, 11)
+            space = {"action_space": env.action_space, "tools": env.tools or None}
+            in_sandbox = [sampler.act(None, {}, space=space) for _ in range(6)]
+        assert actions == in_sandbox, task_id

@@ -1,8 +1,9 @@
-"""The studio's built-in random agent, as it runs inside an agent sandbox (never in the worker).
+"""The studio's built-in random agent: in an agent sandbox, or in the worker for a bounded space.
 
-The worker loads it as the agent module of a sandbox with the rollout's limits and, with each `act`,
-passes the environment's current action space and tools (`observe_space`). It samples, from an rng
-seeded by the rollout's seed (a rerun repeats every action):
+The worker samples a bounded declared space (or tool list) itself, with a RandomAgent of its own; any
+other space goes to an agent sandbox with the rollout's limits, which loads this module as its agent
+and, with each `act`, is passed the environment's current action space and tools (`observe_space`).
+It samples, from an rng seeded by the rollout's seed (a rerun repeats every action):
 - the action space (`sample_action`: discrete, choice, text, box, multi_discrete, multi_binary);
 - else one of the environment's tools, with arguments drawn from its JSON schema;
 - in browser environments, a valid action on one of the page's interactive elements (the [n] ids
@@ -20,20 +21,36 @@ from . import sample_action
 
 NO_SPACE = "random agent: the environment has no action_space and no tools to sample from"
 
-_rng = random.Random("random-agent:None")
-_space: dict | None = None
-_tools: list | None = None
+class RandomAgent:
+    """One random agent's state: its rng (seeded by the rollout's seed) and the space it samples. The
+    agent sandbox's module functions below use one; the worker keeps one per rollout when it samples a
+    bounded space itself (runs/agents.py), and both draw the same actions for the same seed."""
 
+    def __init__(self):
+        self.rng = random.Random("random-agent:None")
+        self.space: dict | None = None
+        self.tools: list | None = None
 
-def reset(task: dict, seed: int | None) -> None:
-    global _rng
-    _rng = random.Random(f"random-agent:{seed}")
+    def reset(self, task: dict, seed: int | None) -> None:
+        self.rng = random.Random(f"random-agent:{seed}")
 
+    def observe_space(self, space: dict) -> None:
+        """The environment's action space and tools as they stand now (an env may change them in reset)."""
+        self.space, self.tools = space.get("action_space"), space.get("tools")
 
-def observe_space(space: dict) -> None:
-    """The environment's action space and tools as they stand now (an env may change them in reset)."""
-    global _space, _tools
-    _space, _tools = space.get("action_space"), space.get("tools")
+    def act(self, observation: Any, info: dict) -> Any:
+        space = self.space
+        if reads_observation(space):
+            return sample_browser_action(observation, self.rng)
+        if space and space.get("type") != "unsupported":
+            try:
+                return sample_action(space, self.rng)
+            except (ValueError, KeyError, TypeError) as exc:
+                if not self.tools:
+                    raise ValueError(f"random agent cannot sample the action space {space!r}: {exc}") from None
+        if self.tools:
+            return sample_tool_call(self.tools, self.rng)
+        raise ValueError(NO_SPACE)
 
 
 def reads_observation(space: Any) -> bool:
@@ -42,19 +59,20 @@ def reads_observation(space: Any) -> bool:
     return isinstance(space, dict) and "click" in (space.get("kinds") or ())
 
 
+# The agent module's interface in an agent sandbox (the runner calls reset, observe_space, act).
+_agent = RandomAgent()
+
+
+def reset(task: dict, seed: int | None) -> None:
+    _agent.reset(task, seed)
+
+
+def observe_space(space: dict) -> None:
+    _agent.observe_space(space)
+
+
 def act(observation: Any, info: dict) -> Any:
-    space = _space
-    if reads_observation(space):
-        return sample_browser_action(observation, _rng)
-    if space and space.get("type") != "unsupported":
-        try:
-            return sample_action(space, _rng)
-        except (ValueError, KeyError, TypeError) as exc:
-            if not _tools:
-                raise ValueError(f"random agent cannot sample the action space {space!r}: {exc}") from None
-    if _tools:
-        return sample_tool_call(_tools, _rng)
-    raise ValueError(NO_SPACE)
+    return _agent.act(observation, info)
 
 
 def sample_tool_call(tools: list[dict], rng: random.Random) -> dict:
