@@ -40,6 +40,7 @@ REPEATS = 3
 DEFAULT_RANGE = (0, 1000)
 MAX_RANGE = 5000  # integers in one shotgun answer
 MAX_ANSWER_CHARS = 60_000
+MAX_ITEMS = 100  # items of a junk array, repeats of a pattern's counted piece
 CONTROL_SPACES = ("discrete", "box", "multi_discrete", "multi_binary")
 ANSWER_TOOL_WORDS = ("submit", "answer", "guess", "finish", "done", "reply", "respond", "solve")
 NO_JUNK = object()  # a schema the junk cannot honour
@@ -202,13 +203,18 @@ def pattern_example(pattern: str, avoid: set) -> str | None:
                 continue
             if token.startswith("{") and token.endswith("}"):
                 if pieces:
-                    pieces[-1] *= int(token[1:-1].split(",")[0])
+                    pieces[-1] *= min(int(token[1:-1].split(",")[0]), MAX_ITEMS)
                 continue
             pieces.append(pattern_char(token, pick))
         text = "".join(pieces)
         if compiled.search(text) and text.casefold() not in avoid:
             return text
     return None
+
+
+def number_in(value):
+    """A schema keyword's number, or None (absent, or not a number: a draft-4 boolean, a typo)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def unhonoured(value) -> bool:
@@ -237,8 +243,11 @@ def junk_value(schema, *, avoid: set, space=None):
     if isinstance(kind, list):
         kind = next((item for item in kind if item != "null"), None)
     if kind in ("integer", "number"):
-        low = schema.get("minimum", schema["exclusiveMinimum"] + 1 if "exclusiveMinimum" in schema else None)
-        high = schema.get("maximum", schema["exclusiveMaximum"] - 1 if "exclusiveMaximum" in schema else None)
+        low, high = number_in(schema.get("minimum")), number_in(schema.get("maximum"))
+        if low is None and number_in(schema.get("exclusiveMinimum")) is not None:
+            low = schema["exclusiveMinimum"] + 1
+        if high is None and number_in(schema.get("exclusiveMaximum")) is not None:
+            high = schema["exclusiveMaximum"] - 1
         if low is None and high is None and isinstance(space, dict) and space.get("type") == "discrete":
             low = int(space.get("start", 0))
             high = low + int(space.get("n", 1)) - 1
@@ -255,8 +264,8 @@ def junk_value(schema, *, avoid: set, space=None):
         return None
     if kind == "array":
         item = junk_value(schema.get("items"), avoid=avoid, space=space)
-        count = max(int(schema.get("minItems", 1)), 1)
-        if schema.get("maxItems") is not None:
+        count = min(max(number_in(schema.get("minItems")) or 1, 1), MAX_ITEMS)
+        if number_in(schema.get("maxItems")) is not None:
             count = min(count, int(schema["maxItems"]))
         return NO_JUNK if item is NO_JUNK else [item] * count
     if kind == "object":
@@ -266,9 +275,9 @@ def junk_value(schema, *, avoid: set, space=None):
         return fresh(FORMATS[schema["format"]])
     if schema.get("pattern"):
         return pattern_example(str(schema["pattern"]), avoid) or NO_JUNK
-    low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
+    low, high = min(int(number_in(schema.get("minLength")) or 0), MAX_ANSWER_CHARS), number_in(schema.get("maxLength"))
     words = [(word * (low // len(word) + 1))[:max(low, len(word))] for word in WORDS]
-    return fresh([word[:high] if high is not None else word for word in words])
+    return fresh([word[:int(high)] if high is not None else word for word in words])
 
 
 def junk_actions(*, template, space, tools, avoid: set) -> list:

@@ -104,3 +104,22 @@ def test_a_shotgun_answer_holds_the_range_the_tokens_and_the_choices():
     assert sets["integers"].split() == [str(number) for number in range(500)]
     assert {"38", "49", "What"} <= set(sets["tokens"].split()) and sets["choices"] == "kg lb"
     assert sets["all"].startswith("0 1 2") and sets["all"].endswith("kg lb")
+
+
+def test_the_page_escapes_an_example_answer_on_its_line_and_in_its_table(make_version, owner, team):
+    from runs.quality.card import card_lines
+    from runs.quality.models import Audit
+
+    version = make_version("arithmetic_quiz")
+    hostile = '<img src=x onerror="alert(1)">'
+    probe = answers.probe_summary("shotgun", [{"task_id": "add", "seed": 0, "reward": 1.0, "reason": "right <b>answer</b>",
+                                               "answer": {"tool": "answer", "arguments": {"answer": hostile}}, "errors": []}], threshold=0.05)
+    report = {"probes": [], "oracle": None, "determinism": {"pairs": 1, "identical": 1, "divergent": []}, "difficulty": [],
+              "transfer": {"non_monotone": [], "never_solved": [], "always_solved": [], "pass_at_k": [], "splits": [], "relevel": []},
+              "answers": {"applies": True, "why_not": "", "probes": [probe]}}
+    report["lines"] = card_lines(report)
+    assert any(line["check"] == "answer:shotgun" and line["level"] == "red" and hostile in line["text"] for line in report["lines"])
+    audit = Audit.objects.create(team=team, environment_version=version, status="flagged", seeds=[0], report=report)
+    page = login(owner).get(reverse("quality:audit", kwargs={"team": team.slug, "audit_id": audit.pk})).content.decode()
+    assert hostile not in page and "right <b>" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page and "<h3>Answer probes</h3>" in page
