@@ -166,4 +166,5 @@ def answer_lines(answers: dict | None, add) -> None:
             quiet.append(f"`{name}` {probe['passed']} of {probe['instances']}" if probe["instances"]
                          else f"`{name}` not played ({probe['skipped'] or 'no instance'})")
     if quiet:
-        add("probe.answer", "answers", GREEN, f"The verifier refuses the answer probes (instances passed: {', '.join(quiet)}).")
+        others = " other" if len(quiet) < len(answers["probes"]) else ""
+        add("probe.answer", "answers", GREEN, f"The verifier refuses the{others} answer probes (instances passed: {', '.join(quiet)}).")
