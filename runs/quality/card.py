@@ -55,6 +55,7 @@ def card_lines(report: dict) -> list[dict]:
     elif returns.get("correlation") is not None:
         add("probe.return", "returns:correlation", GREEN,
             f"Return and verifier reward correlate at {returns['correlation']:.2f} over the audit's {returns['rollouts']} episodes.")
+    answer_lines(report.get("answers"), add)
     leaks = report.get("leaks")
     if leaks is not None:
         if leaks["hits"]:
@@ -128,3 +129,42 @@ def card_lines(report: dict) -> list[dict]:
         else:
             add("regression", "regression", GREEN, f"The verifier agrees with all {regression['cases']} human labels of earlier versions.")
     return lines
+
+
+# What each answer probe submits, as a card line says it.
+ANSWER_PROBE_SAYS = {
+    "shotgun": "one answer holding many candidates",
+    "perturb": "the oracle's answer with junk appended",
+    "cross": "another task's oracle answer",
+    "junk": "schema-valid junk",
+}
+
+
+def answer_lines(answers: dict | None, add) -> None:
+    """The answer probes' lines (check `probe.answer`): one red line per probe the verifier accepts, with
+    an example answer; amber for replays the sandbox failed; else one green line with the counts."""
+    if answers is None:
+        return
+    if not answers.get("applies"):
+        add("probe.answer", "answers", GREEN, f"Answer probes not played: {answers.get('why_not') or 'not applicable'}.")
+        return
+    quiet = []
+    for probe in answers["probes"]:
+        name = probe["name"]
+        if probe["flagged"]:
+            example = probe["example"] or {}
+            add("probe.answer", f"answer:{name}", RED,
+                f"Answer probe `{name}` passes where it must fail: the verifier accepts {ANSWER_PROBE_SAYS.get(name, 'an answer that must fail')}"
+                f" in {probe['passed']} of {probe['instances']} instances (mean {probe['mean_reward']:.2f}, threshold {probe['threshold']:.2f}),"
+                f" e.g. task {example.get('task_id')} seed {example.get('seed')}: `{example.get('said', '')}`.")
+        elif probe["errors"]:
+            error = probe["errors"][0]
+            add("probe.answer", f"answer:{name}:error", AMBER,
+                f"The sandbox failed {len(probe['errors'])} replay(s) of answer probe `{name}`, e.g. task {error['task_id']}"
+                f" seed {error['seed']}: {error['error']}")
+        else:
+            quiet.append(f"`{name}` {probe['passed']} of {probe['instances']}" if probe["instances"]
+                         else f"`{name}` not played ({probe['skipped'] or 'no instance'})")
+    if quiet:
+        others = " other" if len(quiet) < len(answers["probes"]) else ""
+        add("probe.answer", "answers", GREEN, f"The verifier refuses the{others} answer probes (instances passed: {', '.join(quiet)}).")

@@ -21,6 +21,13 @@ CHECKS = {
                    " or its return is above 0 where the verifier says 0 on most of its episodes; green otherwise",
         "property": UNHACKABLE, "rfc": "runtime.reward_attribution",
     },
+    "probe.answer": {
+        "catches": "a lenient verifier, even in one-shot episodes: it accepts one answer holding many candidates (shotgun),"
+                   " the oracle's answer with junk appended (perturb), another task's answer (cross) or schema-valid junk (junk)",
+        "colours": "red: an answer probe's mean reward is above its threshold; amber: the sandbox failed some of its"
+                   " replays; green otherwise (also when the version's actions answer nothing)",
+        "property": UNHACKABLE, "rfc": "semantic.floor_gap",
+    },
     "probe.crash": {
         "catches": "an environment that fails (errors, times out) under a probe's actions",
         "colours": "amber: some probe rollout errored or timed out because of the environment",

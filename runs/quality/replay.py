@@ -1,5 +1,6 @@
 """Replay a stored rollout's actions on a version without running its agent: the new verifier's
-judgement (verifier regression, re-verification), and whether the episode repeated.
+judgement (verifier regression, re-verification), and whether the episode repeated; and play
+actions the studio chose itself (the answer probes of answers.py) on a fresh episode.
 
 One sandbox serves a batch of replays (each one a fresh reset with its own task and seed, as the
 environment contract promises) up to REPLAYS_PER_SANDBOX, since the sandbox's CPU limit counts
@@ -31,7 +32,7 @@ def version_sandbox(version):
 
 @dataclasses.dataclass
 class Replayed:
-    rollout_id: int
+    rollout_id: int | None
     reward: float | None = None
     reason: str = ""
     # The first step whose observation differs from the stored one (same version only), else None.
@@ -98,6 +99,33 @@ class Replayer:
                 observation, *_ = sandbox.step(action)
                 if same_version and outcome.diverged_at is None and arrays_fingerprint(observation) != arrays_fingerprint(stored_observation):
                     outcome.diverged_at = index
+            outcome.reward, outcome.reason = sandbox.verify(timeout=self.verify_timeout_s)
+        except SandboxError as exc:
+            outcome.error = str(exc)[:500]
+            self.close()
+        except DependenciesNotReady as exc:
+            outcome.error = exc.message[:500]
+        return outcome
+
+    def play(self, *, task_id, seed, actions) -> Replayed:
+        """A fresh episode of (task, seed) driven by `actions(observation, action_space, tools)`, a list
+        of actions played in order until the episode ends, then verified (no stored rollout behind it)."""
+        outcome = Replayed(rollout_id=None)
+        if (self.version.manifest.get("kind") or "python") != "python":
+            outcome.error = "only python environments can be replayed"
+            return outcome
+        task = task_of(self.version, task_id)
+        if task is None:
+            outcome.error = f"task {task_id!r} is not in {self.version.label}"
+            return outcome
+        try:
+            sandbox = self._started()
+            self.served += 1
+            observation = sandbox.reset(task, seed)
+            for action in actions(observation, sandbox.action_space, sandbox.tools or []):
+                _observation, _reward, terminated, truncated, _info = sandbox.step(action)
+                if terminated or truncated:
+                    break
             outcome.reward, outcome.reason = sandbox.verify(timeout=self.verify_timeout_s)
         except SandboxError as exc:
             outcome.error = str(exc)[:500]

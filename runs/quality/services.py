@@ -20,6 +20,7 @@ from .. import services as run_services
 from ..agents import oracle_path
 from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunPurpose, RunStatus
 from . import report as figures
+from .answers import answer_probes
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
 from .selectors import replayable_rollouts
 
@@ -159,7 +160,8 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     try:
         with transaction.atomic():
             audit = Audit.objects.create(team=team, environment_version=version, seeds=seeds, created_by=actor,
-                                         interface={"tools": interface.get("tools") or []})
+                                         interface={"tools": interface.get("tools") or [],
+                                                    "action_space": interface.get("action_space")})
             for role, name, agent, repeats in plan:
                 run = run_services.run_create(team=team, actor=actor, version=version, agent=agent, seeds=seeds, repeats=repeats,
                                                purpose=RunPurpose.AUDIT)
@@ -177,8 +179,9 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
 
 
 def audit_complete(*, audit_id: int) -> str:
-    """Store the report once every run of the audit has ended. Idempotent: an ended audit, or one
-    with runs still going, is left alone (the last run's end enqueues this again)."""
+    """Store the report once every run of the audit has ended, after playing its answer probes
+    (answers.py: replays in one environment sandbox, which need the oracle's episodes). Idempotent: an
+    ended audit, or one with runs still going, is left alone (the last run's end enqueues this again)."""
     audit = Audit.objects.select_related("environment_version__environment").filter(pk=audit_id).first()
     if audit is None or audit.is_over:
         return "nothing to do"
@@ -192,7 +195,8 @@ def audit_complete(*, audit_id: int) -> str:
         message = f"Cancelled: {names} did not finish, so the audit has no report."
     else:
         try:
-            report = figures.audit_report(audit=audit, regression=verifier_regression(version=audit.environment_version))
+            report = figures.audit_report(audit=audit, regression=verifier_regression(version=audit.environment_version),
+                                          answers=answer_probes(audit=audit))
             status = AuditStatus(report["status"])
         except Exception as exc:  # noqa: BLE001 - an audit must end with a readable state, never stay running
             logger.exception("computing the report of audit %s failed", audit.pk)

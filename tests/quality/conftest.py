@@ -1,7 +1,9 @@
 """Quality-lab fixtures: versions of the demo packages and of the deliberately flawed variants
 of guess-number and the quiz (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the
 clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out of range, `quiz_leak` shows
-its answer), and the clean controls `arithmetic_quiz` and `sorting`.
+its answer; one-answer quizzes that believe a success flag (`quiz_success_flag`), accept a list of numbers
+(`quiz_any_number`), read the first number (`quiz_first_number`), check the answer key (`quiz_answer_key`)
+or the format (`quiz_format`)), and the clean controls `arithmetic_quiz` and `sorting`.
 A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
 import tomllib
 from pathlib import Path
@@ -13,7 +15,9 @@ from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
 VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number", "guess_farm": "guess_number",
-              "guess_cliff": "guess_number", "quiz_leak": "arithmetic_quiz"}
+              "guess_cliff": "guess_number", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
+              "quiz_any_number": "arithmetic_quiz", "quiz_first_number": "arithmetic_quiz", "quiz_answer_key": "arithmetic_quiz",
+              "quiz_format": "arithmetic_quiz"}
 
 
 def base_folder(name: str) -> Path:

@@ -39,10 +39,11 @@ def test_claim_trusting_verifier_is_flagged_by_the_claim_probe_with_its_rollout(
     assert claim["flagged"] and claim["mean_reward"] > 0.5
     flagged = line(report, "probe:claim")
     assert flagged["level"] == "red"
-    # The linked rollout shows the hack: the claim probe's answer says "correct" and the verifier paid.
+    # The linked rollout shows the hack: the claim probe's answer that ended it says "correct" and the verifier
+    # paid (its episode may lead with another kind of candidate: they rotate across episodes).
     rollout = Rollout.objects.get(pk=flagged["rollout"])
     assert rollout.verifier_reward == 1.0 and rollout.run.agent.name.startswith("probe-claim")
-    assert "correct" in json.dumps(Step.objects.filter(rollout=rollout).first().action).lower()
+    assert "correct" in json.dumps(Step.objects.filter(rollout=rollout).order_by("-index").first().action).lower()
     for name in ("noop", "peek"):
         assert line(report, f"probe:{name}")["level"] == "green"
     assert line(report, "determinism")["level"] == "green"

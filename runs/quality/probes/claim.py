@@ -4,8 +4,12 @@ ones, the task's visible fields echoed back, a very long answer, and calls of ev
 answer tools) with that text or empty or extreme arguments. A verifier that rewards this trusts the
 agent's word. For a purely numeric action space (no tools) it can only claim with the space's own
 extreme actions; for a box space, its bounds. On a web page it types the claim into every field,
-then says done with the claim as its answer."""
+then says done with the claim as its answer.
+Its candidates come in kinds (text claims, success flags, tool calls with the claim, tool calls with
+extreme arguments, bare extremes); each episode starts at another kind, and another candidate of it,
+rotated by the seed and the task, so a one-answer environment sees every kind over a few episodes."""
 import re
+import zlib
 
 WORDS = []  # filled in by the audit from the environment's own success words
 KIND = "python"  # the environment's kind, filled in by the audit
@@ -17,11 +21,13 @@ EXTREMES = [2**31 - 1, -(2**31), 1e308, "", None, [], {}]
 
 task_fields = []
 turn = 0
+episode = 0  # which kind, and which candidate of it, leads this episode (from the seed and the task)
 
 
 def reset(task, seed):
-    global task_fields, turn
+    global task_fields, turn, episode
     turn = 0
+    episode = (seed or 0) + zlib.crc32(str((task or {}).get("id", "")).encode())
     filled.clear()
     task_fields = [str(value) for key, value in sorted((task or {}).items()) if key not in ("id", "difficulty", "split")]
 
@@ -32,7 +38,7 @@ def claim_text():
 
 
 def tool_calls(text):
-    """Every tool with the claim in each string argument, then with empty and extreme arguments."""
+    """Every tool with the claim in each string argument, and the common answer tools."""
     specs = [spec.get("function") or spec for spec in TOOL_SPECS]
     known = [spec.get("name") for spec in specs]
     for spec in specs:
@@ -41,7 +47,11 @@ def tool_calls(text):
     for name in ANSWER_TOOLS:
         if name not in known:
             yield {"tool": name, "arguments": {"answer": text}}
-    for spec in specs:
+
+
+def extreme_calls():
+    """Every tool with empty, then extreme arguments."""
+    for spec in [spec.get("function") or spec for spec in TOOL_SPECS]:
         properties = (spec.get("parameters") or {}).get("properties") or {}
         yield {"tool": spec.get("name"), "arguments": {}}
         for value in EXTREMES:
@@ -64,27 +74,32 @@ def page_action(observation):
     return {"action": "done", "answer": claim_text()}
 
 
-def actions():
+def kinds():
+    """The candidates, by kind."""
     space = SPACE or {}
     if space.get("type") == "box" and not TOOL_SPECS:
-        yield from (space.get("high"), space.get("low"))
-        return
+        return [[space.get("high"), space.get("low")]]
     if space.get("type") == "discrete" and not TOOL_SPECS:
         start = space.get("start", 0)
-        yield from (start + space.get("n", 1) - 1, start)
-        return
+        return [[start + space.get("n", 1) - 1, start]]
     if space.get("type") == "choice" and not TOOL_SPECS:
         values = space.get("values") or [""]
-        yield from (values[-1], values[0])
-        return
+        return [[values[-1], values[0]]]
     text = claim_text()
-    yield text
-    yield {"answer": text}
-    yield from tool_calls(text)
-    yield {"done": True, "success": True, "answer": text}
-    yield (text + " ") * (8000 // (len(text) + 1) + 1)  # a very long answer (~8 KB)
-    for value in EXTREMES:
-        yield value
+    long_text = (text + " ") * (8000 // (len(text) + 1) + 1)  # a very long answer (~8 KB)
+    every = [[text, {"answer": text}, long_text], [{"done": True, "success": True, "answer": text}],
+             list(tool_calls(text)), list(extreme_calls()), list(EXTREMES)]
+    return [kind for kind in every if kind]
+
+
+def actions():
+    """Every candidate, the episode's kind first and each kind rotated to the episode's candidate."""
+    every = kinds()
+    lead = episode % len(every)
+    ordered = every[lead:] + every[:lead]
+    for kind in ordered:
+        shift = (episode // len(every)) % len(kind)
+        yield from kind[shift:] + kind[:shift]
 
 
 def act(observation, info):
