@@ -12,6 +12,7 @@ import json
 from django.conf import settings
 
 from environments.sdk.studio_sdk import action_space_problem, jsonable, random_agent
+from environments.selectors import version_paths
 
 from .agent_errors import NoActionSpace
 from .models import Agent, AgentKind
@@ -39,10 +40,11 @@ def oracle_path(version) -> str:
 def version_agent_file(version) -> str | None:
     """The scripted agent a version ships, run as any scripted agent (in an agent sandbox of its own):
     the file `[quality] oracle` names, else agent.py, else oracle.py; None when it ships none."""
-    for path in (oracle_path(version), SCRIPTED_AGENT_FILE, "oracle.py"):
-        if path in version.files:
-            return path
-    return None
+    candidates = list(dict.fromkeys((oracle_path(version), SCRIPTED_AGENT_FILE, "oracle.py")))
+    # A page that deferred the files (a version's tasks.jsonl may be MBs) asks the database for the paths.
+    paths = version_paths(version) if "files" in version.get_deferred_fields() else version.files
+    shipped = set(paths).intersection(candidates)
+    return next((path for path in candidates if path in shipped), None)
 
 
 # The agent module of a random agent's sandbox: the SDK's sampler, nothing of the worker.

@@ -158,7 +158,9 @@ def test_a_host_killed_during_a_step_ends_the_episode_once_with_the_infra_reason
     started = time.monotonic()
     os.killpg(host.pid, signal.SIGKILL)
     stepping.join(timeout=20)
-    assert time.monotonic() - started < 2.0  # the dropped connection tells at once, no grace wait
+    # The dropped connection tells at once: a lost host's presence would take 4-5 s to lapse (HOST_TTL_S
+    # after its last renewal, then HOST_GRACE_S), and the sandbox sleeps 3 s.
+    assert time.monotonic() - started < 3.0
     response = answers[0]
     assert response.status_code == 503 and "stopped" in response.json()["detail"], response.content
     rollout = Rollout.objects.get(pk=opened["rollout_id"])
@@ -210,10 +212,17 @@ def test_a_host_killed_during_an_awaited_step_fails_it_at_once_and_ends_the_epis
     opened = open_session(owner_api)
     sid = opened["session_id"]
     assert http.post(f"/sessions/{sid}/step", json={"action": 1}).status_code == 200
-    threading.Timer(1.0, lambda: os.killpg(host.pid, signal.SIGKILL)).start()
-    started = time.monotonic()
+    killed_at = []
+
+    def kill():
+        killed_at.append(time.monotonic())
+        os.killpg(host.pid, signal.SIGKILL)
+
+    threading.Timer(1.0, kill).start()
     lost = http.post(f"/sessions/{sid}/step", json={"action": 99})  # its sandbox sleeps 3 s
-    assert time.monotonic() - started < 2.5  # the connection's end tells at once
+    # The connection's end tells at once, counted from the kill (a loaded machine may start the timer
+    # late): a lost host's presence would take 4-5 s to lapse, and the sandbox sleeps 3 s.
+    assert killed_at and time.monotonic() - killed_at[0] < 3.0
     assert lost.status_code == 503 and "stopped" in lost.json()["detail"], lost.content
     rollout = Rollout.objects.get(pk=opened["rollout_id"])
     assert rollout.status == RolloutStatus.ERRORED and rollout.end_reason == "infra_error"
