@@ -120,12 +120,13 @@ class RandomPolicy:
         self.sampler = random_agent.RandomAgent()
         self.facts: dict = {}
         self.started: tuple | None = None
+        self.checked: tuple | None = None  # (action space, tools, worker_samplable's answer) last seen
 
     def start(self, *, env: Sandbox, task: dict, seed: int, limits: SandboxLimits) -> None:
         self.env = env
         self.started = (task, seed, limits)
         self.sampler.reset(task, seed)
-        if worker_samplable(self._space()) is None:
+        if self._bounded(self._space()) is None:
             self._start_sandbox()
         else:
             self.facts = dict(WORKER_SAMPLER_FACTS)
@@ -133,6 +134,18 @@ class RandomPolicy:
     def _space(self) -> dict:
         # The env may publish or change its action space in reset (guess_number does), so read it late.
         return {"action_space": self.env.action_space, "tools": self.env.tools or None}
+
+    def _bounded(self, space: dict) -> dict | None:
+        """worker_samplable(space), checked again only when the env publishes another space or tool
+        list (its sandbox replaces the objects then); the sampler is told the space as it changes."""
+        seen = self.checked
+        if seen is not None and seen[0] is space["action_space"] and seen[1] is space["tools"]:
+            return seen[2]
+        bounded = worker_samplable(space)
+        if bounded is not None:
+            self.sampler.observe_space(bounded)
+        self.checked = (space["action_space"], space["tools"], bounded)
+        return bounded
 
     def _start_sandbox(self) -> None:
         task, seed, limits = self.started
@@ -143,9 +156,8 @@ class RandomPolicy:
     def act(self, observation, info):
         space = self._space()
         if self.sandbox is None:
-            bounded = worker_samplable(space)
+            bounded = self._bounded(space)
             if bounded is not None:
-                self.sampler.observe_space(bounded)
                 try:
                     # As the agent sandbox sends it: NaN, infinities and -0.0 in their envelopes.
                     return jsonable(self.sampler.act(None, info))
