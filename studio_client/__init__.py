@@ -22,6 +22,8 @@ import httpx
 
 from .spaces import JsonSpace, action_to_json, observation_from_json, space_from_description
 
+__version__ = "0.1.0"
+
 __all__ = ["JsonSpace", "RemoteSession", "StudioClient", "StudioEnv", "StudioError", "StudioVectorEnv",
            "action_to_json", "from_json", "observation_from_json", "space_from_description"]
 
