@@ -68,6 +68,7 @@ def team_settings(request):
             "tokens": tokens,
             "roles": Role.choices,
             "new_token": request.session.pop("new_token", None),
+            "client_install_url": request.build_absolute_uri(reverse("client_python")),
         },
     )
 

@@ -17,6 +17,7 @@ import pytest
 
 from runs.models import Rollout
 from studio import services as studio_services
+from tests.conftest import login
 from tests.processes import REPO, asgi_server, episode_host, episode_host_prefix  # noqa: F401 - fixtures
 
 
@@ -139,3 +140,12 @@ def test_the_client_and_its_adapters_import_no_django():
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout) == []
     assert "studio_client.inspect_task" in modules and "studio_client.verifiers_taskset" in modules
+
+
+def test_the_team_settings_page_shows_the_install_command_of_this_studio(owner, team):
+    page = login(owner).get(f"/t/{team.slug}/settings/")
+    (url,) = re.findall(r'<code id="client-install" class="copyable">pip install (\S+)</code>', page.content.decode())
+    assert url == "http://testserver/client/python"
+    sdist = login(owner).get("/client/python")
+    assert sdist.status_code == 200 and sdist["Content-Type"] == "application/x-gzip"
+    assert re.fullmatch(r'attachment; filename="studio_client-\d+\.\d+\.\d+\.tar\.gz"', sdist["Content-Disposition"])
