@@ -28,6 +28,7 @@ from django.db import transaction
 
 from studio.errors import DomainError
 from studio.install_secret import install_secret
+from studio_client.tools import text_answer_call
 
 from .agent_errors import AgentDone, AgentFailed, AgentStepError
 from .artifacts import array_json_default
@@ -324,25 +325,6 @@ def step_error_message(call_id: str | None, reason: str) -> dict:
     if call_id is not None:
         return {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"error": reason})}
     return {"role": "user", "content": f"Error: {reason}"}
-
-
-def text_answer_call(text_answer, tools: dict[str, dict]) -> tuple[str, str] | None:
-    """(tool, argument) a text answer maps to, from environment.toml's `text_answer = "tool"` (its
-    first required string argument) or `"tool.argument"`; None when the tool or argument is missing."""
-    if not isinstance(text_answer, str) or not text_answer.strip():
-        return None
-    name, _, argument = text_answer.strip().partition(".")
-    spec = tools.get(name)
-    if spec is None:
-        return None
-    properties = (spec.get("parameters") or {}).get("properties") or {}
-    if argument:
-        return (name, argument) if argument in properties or not properties else None
-    required = (spec.get("parameters") or {}).get("required") or []
-    strings = [key for key, prop in properties.items() if isinstance(prop, dict) and prop.get("type") == "string"]
-    for key in [*[r for r in required if r in strings], *strings]:
-        return name, key
-    return None
 
 
 class OpenAIPolicy:

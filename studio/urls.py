@@ -15,6 +15,10 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("favicon.ico", RedirectView.as_view(url=static_url("favicon.svg"), permanent=True)),
     path("api/v1/", api.urls),
+    # The installable Python client (studio_client), for `pip install <studio URL>/client/python`.
+    path("client/python", views.client_python, name="client_python"),
+    path("client/python/", views.client_python_files, name="client_python_files"),
+    path("client/python/<str:filename>", views.client_python_file, name="client_python_file"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),

@@ -1,9 +1,16 @@
-"""Pages for accounts, teams, members and API tokens."""
+"""Pages for accounts, teams, members and API tokens, and the installable Python client's files."""
+import functools
+import hashlib
+
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse, HttpResponseNotFound
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from studio_client import distribution
 
 from . import services
 from .access import team_view
@@ -61,6 +68,7 @@ def team_settings(request):
             "tokens": tokens,
             "roles": Role.choices,
             "new_token": request.session.pop("new_token", None),
+            "client_install_url": request.build_absolute_uri(reverse("client_python")),
         },
     )
 
@@ -125,3 +133,47 @@ def token_revoke(request, token_id):
     services.token_revoke(token=token, actor=request.user)
     messages.success(request, f"Token {token.name} revoked.")
     return redirect("team_settings", team=request.team.slug)
+
+
+# The client is built from this checkout's studio_client once per process: its sources do not change
+# while the studio runs, and the build is deterministic (the same bytes in every process).
+client_sdist = functools.cache(distribution.sdist_bytes)
+client_wheel = functools.cache(distribution.wheel_bytes)
+
+
+def client_file_response(name: str, data: bytes, content_type: str) -> HttpResponse:
+    response = HttpResponse(data, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@require_safe
+def client_python(request):
+    """The client's sdist: `pip install <studio URL>/client/python` unpacks it and builds it with the
+    backend inside it (standard library only, nothing fetched). pip takes a URL whose name is not a
+    wheel's for a source archive, so this address serves one; the wheel has its own address."""
+    name, data = client_sdist()
+    return client_file_response(name, data, "application/x-gzip")
+
+
+@require_safe
+def client_python_files(request):
+    """The client's files as links (pip's --find-links page), each with its sha256."""
+    links = []
+    for name, data in (client_wheel(), client_sdist()):
+        url = reverse("client_python_file", args=[name])
+        links.append(f'<a href="{url}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a><br>')
+    return HttpResponse("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+
+
+@require_safe
+def client_python_file(request, filename):
+    for name, data, content_type in (
+        (*client_wheel(), "application/zip"), (*client_sdist(), "application/x-gzip"),
+    ):
+        if filename == name:
+            return client_file_response(name, data, content_type)
+    return HttpResponseNotFound(
+        f"No client file {filename!r} here: this studio serves {client_wheel()[0]} and {client_sdist()[0]}.\n",
+        content_type="text/plain",
+    )

@@ -11,8 +11,9 @@
     observations, infos = envs.reset(seed=0)
 
 Every episode is a session on the server, recorded as a rollout of the team's `remote` agent.
-Needs httpx (and gymnasium with numpy for the environments). Observations come back as the environment
-returned them (`from_json`): numpy arrays for `{"__ndarray__": ...}`, floats for `{"__float__": ...}`.
+Install it from a studio: `pip install <studio URL>/client/python` (docs/protocols.md). Needs httpx,
+gymnasium and numpy; never Django: the studio imports this package in place, users install it.
+Observations come back as the environment returned them (`from_json`): numpy arrays for `{"__ndarray__": ...}`, floats for `{"__float__": ...}`.
 """
 import base64
 import json
@@ -21,6 +22,8 @@ import time
 import httpx
 
 from .spaces import JsonSpace, action_to_json, observation_from_json, space_from_description
+
+__version__ = "0.1.0"
 
 __all__ = ["JsonSpace", "RemoteSession", "StudioClient", "StudioEnv", "StudioError", "StudioVectorEnv",
            "action_to_json", "from_json", "observation_from_json", "space_from_description"]

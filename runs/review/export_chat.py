@@ -9,28 +9,13 @@ role, content, tool_calls, tool_call_id), `tools` (OpenAI function form), `rewar
 """
 import json
 
+from studio_client.tools import function_tools
+
 from ..openai_agent import step_error_message, tool_result_message
 
 ARGUMENT_MODES = ("object", "string")
 # Arguments that are not a JSON object (a malformed call) keep their text under this key in object mode.
 RAW_ARGUMENTS_KEY = "__raw_arguments__"
-
-
-def function_tools(tools) -> list[dict]:
-    """Tool specs in OpenAI's function form, {"type": "function", "function": {name, description, parameters}}."""
-    out = []
-    for spec in tools or []:
-        if not isinstance(spec, dict):
-            continue
-        function = spec.get("function", spec)
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            continue
-        out.append({"type": "function", "function": {
-            "name": function["name"],
-            "description": str(function.get("description") or ""),
-            "parameters": function.get("parameters") if isinstance(function.get("parameters"), dict) else {"type": "object", "properties": {}},
-        }})
-    return out
 
 
 def arguments_as(raw, mode: str):

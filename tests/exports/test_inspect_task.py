@@ -4,7 +4,7 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.model import ModelOutput, ModelUsage, get_model
 
-from runs.interop.inspect_task import studio_task
+from studio_client.inspect_task import studio_task
 from runs.models import Rollout
 from studio import services as studio_services
 from tests.processes import asgi_server, episode_host, episode_host_prefix  # noqa: F401 - fixtures

@@ -2,7 +2,7 @@
 tasks load from a running studio, views select them, replies parse into steps."""
 import pytest
 
-from runs.interop.verifiers_taskset import StudioData, StudioTaskset, StudioTasksetConfig, parse_reply
+from studio_client.verifiers_taskset import StudioData, StudioTaskset, StudioTasksetConfig, parse_reply
 from studio import services as studio_services
 from tests.processes import asgi_server, episode_host, episode_host_prefix  # noqa: F401 - fixtures
 

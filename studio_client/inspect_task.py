@@ -1,9 +1,9 @@
-"""An environment version as an Inspect AI task: one Sample per studio task, the model under
-evaluation plays each sample as a studio session (a recorded rollout: live, replayable, reviewable),
-and the studio's verifier is the scorer.
+"""An environment version as an Inspect AI task (the `studio_client[inspect]` extra): one Sample per
+studio task, the model under evaluation plays each sample as a session of the remote studio (a
+recorded rollout: live, replayable, reviewable), and the studio's verifier is the scorer.
 
     from inspect_ai import eval
-    from runs.interop.inspect_task import studio_task
+    from studio_client.inspect_task import studio_task
     eval(studio_task(base_url="http://localhost:8000", token="est_...", version="inventory-tools@1"),
          model="openai/gpt-4o-mini")
 
@@ -21,10 +21,8 @@ from inspect_ai.scorer import Score, mean, scorer
 from inspect_ai.solver import solver
 from inspect_ai.tool import ToolInfo, ToolParams
 
-from studio_client import StudioClient, StudioError
-
-from ..openai_agent import text_answer_call
-from ..review.export_chat import function_tools
+from . import StudioClient, StudioError
+from .tools import function_tools, text_answer_call
 
 SYSTEM_PROMPT = ("You are an agent acting in an environment. Reach the task's goal by calling the tools you are "
                  "offered, and read each result before the next call. Reply with text only to give your final answer.")

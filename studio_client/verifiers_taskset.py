@@ -1,25 +1,24 @@
-"""An environment version as a `verifiers` (v1) taskset and environment: one task per studio task;
-the environment plays each as a studio session (a recorded rollout) and records the studio
-verifier's reward on the trace.
+"""An environment version as a `verifiers` (v1) taskset and environment (the `studio_client[verifiers]`
+extra): one task per studio task; the environment plays each as a session of the remote studio (a
+recorded rollout) and records the studio verifier's reward on the trace.
 
     import verifiers.v1 as vf
-    from runs.interop.verifiers_taskset import StudioTaskset, StudioTasksetConfig
+    from studio_client.verifiers_taskset import StudioTaskset, StudioTasksetConfig
     taskset = StudioTaskset(StudioTasksetConfig(base_url="http://localhost:8000", version="inventory-tools@1"))
 
 The API token is read from STUDIO_TOKEN when an episode runs, so it never rides in task data or traces.
 The model answers each turn with a tool call as JSON, {"tool": name, "arguments": {...}}; any other
 text is its final answer (the version's `text_answer` tool gets it when environment.toml names one).
 """
+import asyncio
 import json
 import os
 from collections.abc import Iterator
 
 import verifiers.v1 as vf
 
-from studio_client import StudioClient
-
-from ..openai_agent import text_answer_call
-from ..review.export_chat import function_tools
+from . import StudioClient
+from .tools import function_tools, text_answer_call
 
 REWARD = "studio_verifier"
 
@@ -44,7 +43,7 @@ class StudioTask(vf.Task[StudioData]):
     pass
 
 
-def studio_client(base_url: str, token: str | None = None) -> StudioClient:
+def token_client(base_url: str, token: str | None = None) -> StudioClient:
     token = token if token is not None else os.environ.get("STUDIO_TOKEN", "")
     if not token:
         raise RuntimeError("set STUDIO_TOKEN to a team API token of the studio")
@@ -58,7 +57,7 @@ class StudioTaskset(vf.Taskset[StudioTask, StudioTasksetConfig]):
 
     def load(self) -> Iterator[StudioTask]:
         config = self.config
-        client = self.client or studio_client(config.base_url)
+        client = self.client or token_client(config.base_url)
         for task_id in config.task_ids or client.task_ids(config.version):
             yield StudioTask(
                 StudioData(id=task_id, name=f"{config.version}#{task_id}", prompt=None, base_url=config.base_url,
@@ -90,10 +89,8 @@ class StudioEnvConfig(vf.EnvConfig):
 
 class StudioEnv(vf.Env[StudioEnvConfig]):
     async def run(self, task, agents):
-        import asyncio
-
         data = task.data
-        client = studio_client(data.base_url)
+        client = token_client(data.base_url)
         slug, _, number = data.version.partition("@")
         manifest = (await asyncio.to_thread(client.request, "GET", f"/environments/{slug}/versions/{number}")).get("manifest") or {}
         session = await asyncio.to_thread(client.session, data.version, data.task_id, data.seed)
