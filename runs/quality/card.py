@@ -112,7 +112,10 @@ def card_lines(report: dict) -> list[dict]:
         add("determinism", "determinism", AMBER, "No determinism pair finished.")
     transfer = report["transfer"]
     by = f" (agent {transfer['agent']})" if transfer.get("agent") else ""
-    if transfer["non_monotone"]:
+    order = report.get("order") or {}
+    if order.get("agent"):
+        order_line(order, add)
+    elif transfer["non_monotone"]:
         bad = transfer["non_monotone"][0]
         add("difficulty", "difficulty", AMBER,
             f"Difficulty {bad['harder']} passes more often ({bad['harder_pass_rate']:.0%}) than"
@@ -168,3 +171,20 @@ def answer_lines(answers: dict | None, add) -> None:
     if quiet:
         others = " other" if len(quiet) < len(answers["probes"]) else ""
         add("probe.answer", "answers", GREEN, f"The verifier refuses the{others} answer probes (instances passed: {', '.join(quiet)}).")
+
+
+def order_line(order: dict, add) -> None:
+    """The difficulty check's line from a non-oracle agent's rank agreement (report.difficulty_order):
+    red when the levels run backwards, amber when they lean backwards, each with the suggested levels."""
+    levels = ", ".join(f"{entry['difficulty']}: {entry['pass_rate']:.0%}" for entry in order["levels"] if entry["pass_rate"] is not None)
+    said = (f"agent {order['agent']} over {order['rollouts']} rollouts, rank agreement {order['agreement']:+.2f}"
+            f" (p {order['p_backwards']:.3f} for backwards; pass rate by level {levels})")
+    relevel = ", ".join(f"{entry['task_id']} {entry['difficulty']}→{entry['suggested']}" for entry in order["relevel"])
+    suggest = f" Suggested levels: {relevel}." if relevel else ""
+    if order["verdict"] == "backwards":
+        add("difficulty", "difficulty", RED, f"The difficulty levels run backwards: harder levels pass more often ({said}).{suggest}")
+    elif order["verdict"] == "weak":
+        add("difficulty", "difficulty", AMBER, f"The difficulty levels lean backwards ({said}).{suggest}")
+    else:
+        verdict = "Harder levels fail more often" if order["agreement"] > 0 else "The levels do not clearly run backwards"
+        add("difficulty", "difficulty", GREEN, f"{verdict} ({said}).")

@@ -51,8 +51,11 @@ CHECKS = {
         "property": REPRODUCIBLE, "rfc": "runtime.episode_determinism",
     },
     "difficulty": {
-        "catches": "difficulty levels that do not rank the tasks",
-        "colours": "amber: a harder level passes more often than an easier one; green otherwise",
+        "catches": "difficulty levels that do not rank the tasks, or run backwards",
+        "colours": "judged on an agent that is not the oracle (the evaluation agent with most rollouts whose outcome varies,"
+                   " else the audit's random probe): red when the rank agreement of level and failing is -0.5 or below with"
+                   " p <= 0.05 for running backwards, amber when below -0.2 with p <= 0.1, both with suggested levels;"
+                   " without such an agent, amber when a harder level passes more often than an easier one; green otherwise",
         "property": LEARNABLE, "rfc": "statistical.difficulty_separation",
     },
     "regression": {

@@ -33,6 +33,10 @@ BUILTIN_PROBES = ("noop", "random", "claim", "peek")
 PASS_AT_K = (1, 2, 5)
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATIONS = 5000
+# Difficulty order (difficulty_order): red when the levels run backwards this strongly and this surely,
+# amber when they lean backwards.
+ORDER_BACKWARDS, ORDER_P_RED = -0.5, 0.05
+ORDER_WEAK, ORDER_P_AMBER = -0.2, 0.1
 
 
 def passed(status: str) -> bool:
@@ -322,6 +326,70 @@ def suggested_levels(*, tasks: list[dict], per_task: dict) -> list[dict]:
     return suggestions
 
 
+def difficulty_order(*, tasks: list[dict], rows: list[dict], exclude: str | None = None) -> dict:
+    """Do the declared levels rank the tasks? Judged from agents that are not the oracle (an oracle passes
+    everything, so it cannot tell levels apart): for each such agent, the rank agreement between a rollout's
+    declared level and its failing, Spearman's rho over its done rollouts (+1: harder levels always fail more;
+    -1: the levels run backwards), with a one-sided permutation p-value (PERMUTATIONS relabellings, fixed
+    seed) for "runs backwards". The judged agent is the one with most done rollouts among those whose outcome
+    varies; its pass rate per level and the re-levelling its pass rates suggest come with it. `rows` carry an
+    `agent`; `exclude` is the oracle's name."""
+    meta = {str(task.get("id")): task for task in tasks}
+    levelled = {task_id for task_id, task in meta.items() if isinstance(task.get("difficulty"), (int, float))
+                and not isinstance(task.get("difficulty"), bool)}
+    by_agent: dict = {}
+    for number, row in enumerate(rows):
+        if row["status"] in DONE_STATUSES and row["task_id"] in levelled and row["agent"] != exclude:
+            # One row per rollout, whichever list it came in (rows without an id are each their own).
+            by_agent.setdefault(row["agent"], {})[row.get("id", ("row", number))] = row
+    agents = []
+    for agent, by_id in sorted(by_agent.items()):
+        done = list(by_id.values())
+        levels = np.array([float(meta[row["task_id"]]["difficulty"]) for row in done])
+        fails = np.array([0.0 if passed(row["status"]) else 1.0 for row in done])
+        entry = {"agent": agent, "rollouts": len(done), "agreement": None, "p_backwards": None}
+        if len(set(levels.tolist())) > 1 and 0 < fails.sum() < fails.size:
+            entry["agreement"], entry["p_backwards"] = _rank_agreement(levels, fails)
+        agents.append(entry)
+    judged = max((entry for entry in agents if entry["agreement"] is not None),
+                 key=lambda entry: (entry["rollouts"], entry["agent"]), default=None)
+    result = {"agent": None, "rollouts": 0, "agreement": None, "p_backwards": None, "levels": [], "relevel": [],
+              "agents": agents, "verdict": "no signal"}
+    if judged is None:
+        return result
+    figures = difficulty_figures(tasks=tasks, rows=list(by_agent[judged["agent"]].values()), agent=judged["agent"])
+    result.update(judged)
+    result["levels"], result["relevel"] = figures["levels"], figures["relevel"]
+    if judged["agreement"] <= ORDER_BACKWARDS and judged["p_backwards"] <= ORDER_P_RED:
+        result["verdict"] = "backwards"
+    elif judged["agreement"] < ORDER_WEAK and judged["p_backwards"] <= ORDER_P_AMBER:
+        result["verdict"] = "weak"
+    else:
+        result["verdict"] = "ranked"
+    return result
+
+
+def _rank_agreement(levels, fails) -> tuple[float, float]:
+    """Spearman's rho of levels against fails (average ranks for ties) and the share of relabellings of the
+    fails whose rho is at most the observed one ((count + 1) / (N + 1), never exactly 0)."""
+    def ranks(values):
+        order = values.argsort(kind="stable")
+        ranked = np.empty(values.size)
+        ranked[order] = np.arange(1, values.size + 1)
+        for value in np.unique(values):
+            ranked[values == value] = ranked[values == value].mean()
+        return ranked
+
+    x, y = ranks(levels), ranks(fails)
+    x, y = x - x.mean(), y - y.mean()
+    rho = float((x * y).sum() / np.sqrt((x * x).sum() * (y * y).sum()))
+    rng = np.random.default_rng(0)
+    shuffled = y[np.argsort(rng.random((PERMUTATIONS, y.size)), axis=1)]
+    rhos = (shuffled * x).sum(axis=1) / np.sqrt((x * x).sum() * (y * y).sum())
+    p_value = float((np.sum(rhos <= rho + 1e-12) + 1) / (PERMUTATIONS + 1))
+    return round(rho, 4), round(p_value, 4)
+
+
 # -- the report and its card ----------------------------------------------------------------------
 
 
@@ -331,7 +399,7 @@ def audit_report(*, audit, regression: dict | None = None, answers: dict | None 
     manifest = version.manifest
     task_ids = [str(task.get("id")) for task in version.tasks]
     roles = list(audit.audit_runs.select_related("run__agent").order_by("id"))
-    probes, oracle, oracle_rows, determinism = [], None, [], None
+    probes, oracle, oracle_rows, determinism, weak_rows = [], None, [], None, []
     oracle_agent = next((entry.run.agent.name for entry in roles if entry.role == AuditRole.ORACLE), None)
     pair_runs = [entry.run_id for entry in roles if entry.role == AuditRole.DETERMINISM]
     for entry in roles:
@@ -340,6 +408,7 @@ def audit_report(*, audit, regression: dict | None = None, answers: dict | None 
             probes.append(probe_figures(name=entry.name, rows=rows, threshold=probe_threshold(manifest, entry.name)))
             if entry.name == "random" and entry.run.agent.kind == AgentKind.RANDOM:
                 pair_runs.append(entry.run_id)  # the first episode of each determinism pair
+                weak_rows += [{**row, "agent": entry.run.agent.name} for row in rows]  # a non-oracle agent for difficulty order
         elif entry.role == AuditRole.ORACLE:
             oracle_rows = rows
             oracle = oracle_figures(rows, task_ids, stochastic=stochastic_tasks(manifest))
@@ -355,6 +424,7 @@ def audit_report(*, audit, regression: dict | None = None, answers: dict | None 
         "determinism": determinism,
         "difficulty": difficulty["levels"],
         "transfer": {key: value for key, value in difficulty.items() if key != "levels"},
+        "order": difficulty_order(tasks=version.tasks, rows=rows + weak_rows, exclude=oracle_agent),
         "regression": regression,
         "answers": answers,
         "returns": return_figures(probes=probes, oracle_rows=oracle_rows, rows=_rows([entry.run_id for entry in roles])),

@@ -1,6 +1,7 @@
 """Quality-lab fixtures: versions of the demo packages and of the deliberately flawed variants
 of guess-number and the quiz (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the
-clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out of range, `quiz_leak` shows
+clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out of range,
+`guess_backwards` declares its easiest task hardest, `quiz_leak` shows
 its answer; one-answer quizzes that believe a success flag (`quiz_success_flag`), accept a list of numbers
 (`quiz_any_number`), read the first number (`quiz_first_number`), check the answer key (`quiz_answer_key`)
 or the format (`quiz_format`)), and the clean controls `arithmetic_quiz` and `sorting`.
@@ -15,7 +16,7 @@ from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
 VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number", "guess_farm": "guess_number",
-              "guess_cliff": "guess_number", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
+              "guess_cliff": "guess_number", "guess_backwards": "guess_number", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
               "quiz_any_number": "arithmetic_quiz", "quiz_first_number": "arithmetic_quiz", "quiz_answer_key": "arithmetic_quiz",
               "quiz_format": "arithmetic_quiz"}
 

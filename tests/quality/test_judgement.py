@@ -158,3 +158,22 @@ def test_frozen_lakes_slippery_task_is_judged_by_its_declared_floor(make_version
     assert audit.status == "passed" and not_green(audit) == set(), audit.report["lines"]
     line = next(line for line in audit.report["lines"] if line["check"] == "oracle:4x4-slippery")
     assert "declared stochastic: the oracle passes 50% of its tries, floor 40% (fails seed 0)" in line["text"]
+
+
+def test_difficulty_levels_that_run_backwards_are_red_on_the_card_with_suggested_levels(make_version, owner):
+    version = make_version("guess_backwards")
+    audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0, 1, 2, 3, 4]))
+    assert audit.status == "flagged" and not_green(audit) == {"difficulty"}, audit.report["lines"]
+    order = audit.report["order"]
+    # Judged on the audit's random probe, never the oracle (which passes every level alike).
+    assert order["agent"] == "random" and order["verdict"] == "backwards"
+    assert order["agreement"] <= -0.5 and order["p_backwards"] <= 0.05
+    assert all(entry["agent"] != audit.report["transfer"]["agent"] for entry in order["agents"])
+    line = line_of(audit, "difficulty")
+    assert "run backwards" in line["text"] and "narrow 3→1" in line["text"]
+    # The suggestion is on the version's card, not only on the audit page.
+    team = version.environment.team.slug
+    card = login(owner).get(reverse("quality:card", kwargs={"team": team, "slug": version.environment.slug, "number": version.number}))
+    assert card.status_code == 200 and "narrow 3→1" in card.content.decode()
+    page = login(owner).get(reverse("quality:audit", kwargs={"team": team, "audit_id": audit.pk})).content.decode()
+    assert 'id="difficulty-order"' in page and '<strong id="order-agent">random</strong>' in page

@@ -95,3 +95,44 @@ def test_the_card_compares_with_the_parents_report():
     child = {"status": "flagged", "probes": [{"name": "claim", "mean_reward": 0.8}], "oracle": None, "determinism": {}}
     assert report.compared_with_parent(child, parent) == [
         "probe `claim` went from 0.00 to 0.80", "the audit went from passed to flagged"]
+
+
+def order_report(order):
+    return {"probes": [], "oracle": None, "determinism": {"pairs": 0, "divergent": []}, "order": order,
+            "transfer": {"non_monotone": [], "agent": None}, "difficulty": order["levels"]}
+
+
+def test_difficulty_order_is_judged_on_an_agent_that_is_not_the_oracle_and_red_when_it_runs_backwards():
+    tasks = [{"id": "wide", "difficulty": 1}, {"id": "mid", "difficulty": 2}, {"id": "narrow", "difficulty": 3}]
+    oracle = rows("oracle", "wide", [1] * 5) + rows("oracle", "mid", [1] * 5) + rows("oracle", "narrow", [1] * 5)
+    backwards = rows("random", "wide", [0] * 5) + rows("random", "mid", [0, 1, 0, 0, 1]) + rows("random", "narrow", [1] * 5)
+    order = report.difficulty_order(tasks=tasks, rows=oracle + backwards, exclude="oracle")
+    assert order["agent"] == "random" and order["verdict"] == "backwards"
+    assert order["agreement"] < -0.5 and order["p_backwards"] <= 0.05
+    assert [entry["pass_rate"] for entry in order["levels"]] == [0.0, 0.4, 1.0]
+    assert {(r["task_id"], r["suggested"]) for r in order["relevel"]} == {("narrow", 1), ("wide", 3)}
+    line = next(line for line in report.card_lines(order_report(order)) if line["id"] == "difficulty")
+    assert line["level"] == "red" and "run backwards" in line["text"] and "narrow 3→1" in line["text"]
+    # The same outcomes the right way round are green; the oracle alone says nothing (it passes everything).
+    ranked = rows("random", "wide", [1] * 5) + rows("random", "mid", [0, 1, 0, 0, 1]) + rows("random", "narrow", [0] * 5)
+    order = report.difficulty_order(tasks=tasks, rows=oracle + ranked, exclude="oracle")
+    assert order["verdict"] == "ranked" and order["agreement"] > 0.5
+    assert next(line for line in report.card_lines(order_report(order)) if line["id"] == "difficulty")["level"] == "green"
+    assert report.difficulty_order(tasks=tasks, rows=oracle, exclude="oracle")["verdict"] == "no signal"
+    assert report.difficulty_order(tasks=tasks, rows=oracle)["verdict"] == "no signal"  # no variance either
+
+
+def test_difficulty_order_is_not_fooled_by_noise_and_leans_amber_only_on_evidence():
+    tasks = [{"id": "a", "difficulty": 1}, {"id": "b", "difficulty": 2}]
+    # One lucky rollout on the harder task out of few: no evidence that the levels run backwards.
+    noisy = rows("random", "a", [0, 0, 1]) + rows("random", "b", [0, 1, 1])
+    order = report.difficulty_order(tasks=tasks, rows=noisy)
+    assert order["agreement"] < 0 and order["p_backwards"] > 0.1 and order["verdict"] == "ranked"
+    line = next(line for line in report.card_lines(order_report(order)) if line["id"] == "difficulty")
+    assert line["level"] == "green" and "do not clearly run backwards" in line["text"]
+    # Many rollouts leaning the wrong way: amber, with the suggestion.
+    leaning = rows("random", "a", [1] * 8 + [0] * 12) + rows("random", "b", [1] * 14 + [0] * 6)
+    order = report.difficulty_order(tasks=tasks, rows=leaning)
+    assert order["verdict"] == "weak", order
+    line = next(line for line in report.card_lines(order_report(order)) if line["id"] == "difficulty")
+    assert line["level"] == "amber" and "Suggested levels" in line["text"]
