@@ -18,6 +18,7 @@ from .agents import VERSION_AGENT, code_hash, oracle_path, version_agent_file
 from .curriculum.sampler import strategy_of, training_tasks
 from .episodes.setup import RUN_LIMIT_KEYS
 from .episodes.status import rollouts_send_on_commit, run_ended
+from .quality.gate import ensure_version_servable
 from .models import (
     Agent,
     AgentKind,
@@ -217,6 +218,8 @@ def run_create(
         raise InvalidRun(f"Agents of kind {agent.kind!r} cannot run rollouts yet.", field="agent")
     storage_quota_check(team_id=team.pk, what="New run")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
+    if purpose == RunPurpose.EVALUATION:
+        ensure_version_servable(version=version)  # the team's training gate (audits look at flagged versions)
     # "curriculum[:STRATEGY]": `count` rollouts whose tasks the sampler picks as each is dispatched.
     curriculum = strategy_of(task_ids) or ""
     tasks = training_tasks(list(version.tasks)) if curriculum else _selected_tasks(version, task_ids, difficulties)

@@ -26,6 +26,9 @@ class Team(models.Model):
     slug = models.SlugField(max_length=60, unique=True)
     name = models.CharField(max_length=120)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The training gate (runs/quality/gate.py): a version whose latest audit is flagged is not served to
+    # training (evaluation runs, remote episodes, exports) unless someone overrides it, saying why.
+    training_gate = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name"]

@@ -127,3 +127,10 @@ def token_authenticate(raw: str) -> ApiToken | None:
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
+
+
+def team_training_gate_set(*, team: Team, enabled: bool) -> Team:
+    """Turn the team's training gate on or off (runs/quality/gate.py says what it blocks)."""
+    team.training_gate = bool(enabled)
+    team.save(update_fields=["training_gate"])
+    return team

@@ -24,6 +24,7 @@ urlpatterns = [
     path("accounts/signup/", views.signup, name="signup"),
     path("teams/new/", views.team_new, name="team_new"),
     path("t/<slug:team>/settings/", views.team_settings, name="team_settings"),
+    path("t/<slug:team>/training-gate/", views.training_gate, name="training_gate"),
     path("t/<slug:team>/members/invite/", views.member_invite, name="member_invite"),
     path("t/<slug:team>/members/<int:membership_id>/role/", views.member_role, name="member_role"),
     path("t/<slug:team>/members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),

@@ -75,6 +75,16 @@ def team_settings(request):
 
 @require_POST
 @team_view("manage")
+def training_gate(request):
+    enabled = request.POST.get("enabled") == "on"
+    services.team_training_gate_set(team=request.team, enabled=enabled)
+    messages.success(request, "Training gate on: versions whose latest audit is flagged are not served to training until"
+                              " someone overrides it." if enabled else "Training gate off: flagged versions are served to training.")
+    return redirect("team_settings", team=request.team.slug)
+
+
+@require_POST
+@team_view("manage")
 def member_invite(request):
     form = InviteForm(request.POST)
     if form.is_valid():

@@ -19,6 +19,7 @@ from studio.models import Team
 from .. import events
 from .. import services as run_services
 from ..models import INFRA_ERROR, Agent, AgentKind, Rollout, RolloutStatus, Run, RunPurpose, RunStatus
+from ..quality.gate import ensure_version_servable
 from . import memory, plane, routing
 from .host import INTERACTIVE_AGENT_KINDS, episode_orphan_end, idle_timeout_s
 from .service import rollout_end
@@ -154,6 +155,8 @@ def episode_open(*, team, actor, version, task_id: str, seed: int, driver: str, 
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
         raise InvalidEpisode(f"The seed must be a whole number from 0 to 2^63-1, not {seed!r}.", field="seed")
     ensure_version_runnable(version)  # its dependency environment built and its entrypoint checked
+    if purpose == RunPurpose.SESSION:
+        ensure_version_servable(version=version)  # the team's training gate (a play is a person looking)
     storage_quota_check(team_id=team.pk, what="New episode")
     agent = run_services.agent_get_or_create(team=team, actor=actor, name=agent_name, kind=agent_kind)
     episode_id = secrets.token_urlsafe(16)

@@ -6,8 +6,10 @@ from studio.auth import require
 from studio.errors import DomainError
 
 from ..seeds import parse_seeds
-from . import selectors, services
-from .schemas import AuditIn, AuditOut, ReverificationOut, ReverifyIn, ReverifyPreviewOut
+from studio.services import team_training_gate_set
+
+from . import gate, selectors, services
+from .schemas import AuditIn, AuditOut, GateOut, GateOverrideIn, ReverificationOut, ReverifyIn, ReverifyPreviewOut, TrainingGateIn
 
 router = Router(tags=["quality"])
 
@@ -104,3 +106,38 @@ def compare(request, a: str = "", b: str = "", agent: str = "", runs: str = ""):
     """Version A/B: the same agent on versions a and b, or two runs: histograms, per-task differences,
     mean difference with a bootstrap 95 % interval and a permutation p-value."""
     return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, runs=runs)
+
+
+def gate_out(version) -> dict:
+    state = gate.gate_state(version=version)
+    override = state["override"]
+    return {
+        "version": version.label, "enabled": state["enabled"], "flagged": state["flagged"],
+        "audit": state["audit"].pk if state["audit"] else None, "blocks": state["blocks"], "message": state["message"],
+        "override": None if override is None else {
+            "by": override.created_by.username if override.created_by else None, "reason": override.reason,
+            "created_at": override.created_at},
+    }
+
+
+@router.get("/versions/{label}/gate", response=GateOut)
+def version_gate(request, label: str):
+    """What the team's training gate says of a version: whether runs, remote episodes and exports are refused."""
+    return gate_out(version_by_label(team=request.team, label=label))
+
+
+@router.post("/versions/{label}/gate/override", response={201: GateOut})
+def version_gate_override(request, label: str, payload: GateOverrideIn):
+    """Serve a flagged version to training despite the gate, saying why (recorded with who, for its flagged audit)."""
+    require(request, "run")
+    version = version_by_label(team=request.team, label=label)
+    gate.gate_override(version=version, actor=request.user, reason=payload.reason)
+    return Status(201, gate_out(version))
+
+
+@router.put("/training-gate", response=TrainingGateIn)
+def training_gate(request, payload: TrainingGateIn):
+    """Turn the team's training gate on or off (owners)."""
+    require(request, "manage")
+    team_training_gate_set(team=request.team, enabled=payload.enabled)
+    return {"enabled": request.team.training_gate}

@@ -115,3 +115,18 @@ class Reverification(models.Model):
         return round(100 * self.replayed / self.total) if self.total else 100
 
 
+
+
+class GateOverride(models.Model):
+    """Someone let a flagged version be served to training despite the team's gate, and said why. It holds
+    for the audit it answered: a newer flagged audit needs a new override. Append-only."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    environment_version = models.ForeignKey(EnvironmentVersion, on_delete=models.CASCADE, related_name="gate_overrides")
+    audit = models.ForeignKey(Audit, on_delete=models.CASCADE, related_name="gate_overrides")
+    reason = models.TextField(max_length=2000)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["environment_version", "-created_at"])]

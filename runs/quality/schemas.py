@@ -53,3 +53,21 @@ class ReverifyPreviewOut(Schema):
     upper_bound: bool
     summary: str  # "N labels would change, M of them human-decided; those stay."
     detail: str
+
+
+class GateOverrideIn(Schema):
+    reason: str  # why the flagged version may be served to training (1 to 2,000 characters)
+
+
+class TrainingGateIn(Schema):
+    enabled: bool
+
+
+class GateOut(Schema):
+    version: str
+    enabled: bool  # the team's training gate
+    flagged: bool  # the version's newest judged audit is flagged
+    audit: int | None  # that audit
+    blocks: bool  # runs, remote episodes and exports of this version are refused (403, field version)
+    message: str
+    override: dict | None  # {by, reason, created_at} of the override that answers the flagged audit

@@ -10,7 +10,7 @@ from studio.errors import DomainError
 
 from ..seeds import parse_seeds
 
-from . import selectors, services
+from . import gate, selectors, services
 
 
 def _version(request, slug, number):
@@ -26,7 +26,21 @@ def version_card(request, slug, number):
     return render(request, "quality/_card.html", {
         "env": env, "version": version, "reverification": selectors.latest_reverification(version=version),
         "can_reverify": not services.reverification_refusal(version=version), **selectors.audit_card(audit),
+        "gate": gate.gate_state(version=version),
     })
+
+
+@require_POST
+@team_view("run")
+def gate_override(request, slug, number):
+    """Serve the flagged version to training despite the team's gate, saying why (recorded with who)."""
+    env, version = _version(request, slug, number)
+    try:
+        gate.gate_override(version=version, actor=request.user, reason=request.POST.get("reason", ""))
+        messages.success(request, f"{version.label} may be served to training despite its flagged audit; your reason is recorded.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
 
 
 def _reverify_source(request, env, version, params):

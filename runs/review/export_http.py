@@ -2,6 +2,9 @@
 streamed, or an Inspect AI log, with the number of rollouts it holds in `X-Export-Count`."""
 from django.http import StreamingHttpResponse
 
+from environments.models import EnvironmentVersion
+
+from ..quality.gate import VersionGated, gate_state, gated_versions
 from .export import EXPORT_FORMATS, ExportFilter, InvalidExport, export_count, export_lines
 from .export_parquet import parquet_chunks
 
@@ -9,6 +12,14 @@ EXPORT_FILES = ("jsonl", "parquet")
 # "inspect": an Inspect AI .json log of the chat transcripts (a file type of its own).
 DOWNLOAD_FORMATS = (*EXPORT_FORMATS, "inspect")
 CONTENT_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
+
+
+def export_refusal(rollouts) -> str:
+    """Why these rollouts may not leave as training data ("" when they may): the team's training gate keeps
+    a flagged version's rollouts in until someone overrides it (runs.quality.gate)."""
+    versions = EnvironmentVersion.objects.filter(pk__in=rollouts.values("run__environment_version_id"))
+    gated = gated_versions(versions=versions.select_related("environment__team"))
+    return gate_state(version=gated[0])["message"] if gated else ""
 
 
 def export_response(rollouts, *, filters: ExportFilter, fmt: str, arguments: str, file: str, filename: str,
@@ -20,6 +31,8 @@ def export_response(rollouts, *, filters: ExportFilter, fmt: str, arguments: str
         raise InvalidExport(f"file must be one of {', '.join(EXPORT_FILES)}, not {file!r}", field="file")
     if fmt == "inspect" and file != "jsonl":
         raise InvalidExport("an Inspect log is a .json file of its own: leave file at jsonl", field="file")
+    if refusal := export_refusal(rollouts):
+        raise VersionGated(refusal)
     count = export_count(rollouts, filters=filters, viewer=viewer) if count is None else count
     if fmt == "inspect":
         from runs.interop.inspect_log import inspect_log_bytes  # Inspect is a large import: only when asked

@@ -17,7 +17,7 @@ from ..models import RunPurpose
 from . import selectors, services
 from .export import ExportFilter, InvalidExport, export_count
 from .export_chat import ARGUMENT_MODES
-from .export_http import export_response
+from .export_http import export_refusal, export_response
 
 QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
 FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome", "disagreement", "purpose")
@@ -239,6 +239,8 @@ def _export(request, rollouts, filename):
         filters = ExportFilter(decision=params.get("decision", "approved"), **bounds)
         if arguments not in ARGUMENT_MODES:
             raise InvalidExport(f"arguments must be one of {', '.join(ARGUMENT_MODES)}", field="arguments")
+        if refusal := export_refusal(rollouts):
+            return render(request, "review/export_empty.html", {"problem": refusal, "back": _back(request)}, status=403)
         count = export_count(rollouts, filters=filters, viewer=request.user)
         if count == 0:
             return render(request, "review/export_empty.html", {"filters": filters.describe(), "back": _back(request)})

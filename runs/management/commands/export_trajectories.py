@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from runs.models import Run
 from runs.review.export import EXPORT_DECISIONS, EXPORT_FORMATS, ExportFilter, InvalidExport, export_count, export_lines
 from runs.review.export_chat import ARGUMENT_MODES
+from runs.review.export_http import export_refusal
 from runs.review.export_parquet import parquet_chunks
 
 
@@ -43,6 +44,8 @@ class Command(BaseCommand):
         except InvalidExport as exc:
             raise CommandError(exc.message) from None
         rollouts = run_obj.rollouts.all()
+        if refusal := export_refusal(rollouts):
+            raise CommandError(refusal)
         count = export_count(rollouts, filters=filters)
         if count == 0:
             # Said on stderr: stdout stays a valid (empty) JSONL stream for pipes.
