@@ -204,3 +204,21 @@ def test_the_pages_export_and_import_harbor_tasks(owner, guess, tmp_path):
     imported = client.post(f"/t/{guess.environment.team.slug}/environments/upload/", {
         "file": SimpleUploadedFile("hello-world.zip", archive(harbor_template(tmp_path))), "source": "harbor"})
     assert imported.status_code == 302 and imported["Location"].endswith("/environments/hello-world/versions/1/")
+
+
+def test_an_archive_of_several_harbor_tasks_is_one_version_with_a_task_each(owner_api, tmp_path):
+    first, second = harbor_template(tmp_path / "a"), harbor_template(tmp_path / "b")
+    (second / "task.toml").write_text((second / "task.toml").read_text().replace("[metadata]", '[metadata]\ndifficulty = "hard"'))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(first, arcname="suite/hello-world")
+        tar.add(second, arcname="suite/hello-again")
+    response = upload(owner_api, buffer.getvalue(), name="suite.tar.gz")
+    assert response.status_code == 201, response.content
+    assert response.json()["label"] == "suite@1"
+    files = owner_api.get("/environments/suite/versions/1").json()["files"]
+    tasks = [json.loads(line) for line in files["tasks.jsonl"].splitlines()]
+    assert [(t["id"], t.get("difficulty")) for t in tasks] == [("hello-again", 3), ("hello-world", None)]
+    exported = unpack(owner_api.get("/environments/suite/versions/1/harbor", {"file": "tar.gz"}).content, tmp_path / "out")
+    assert sorted(p.name for p in exported.iterdir()) == ["hello-again", "hello-world"]
+    assert (exported / "hello-again/task.toml").read_text() == (second / "task.toml").read_text()
