@@ -8,6 +8,7 @@ from studio.auth import require
 
 from . import package, selectors, services
 from .dependencies import services as dependency_services
+from .harbor import services as harbor_services
 from .schemas import (
     DiffOut,
     DraftMetaOut,
@@ -228,4 +229,34 @@ def upload_package(request, file: File[UploadedFile], message: Form[str] = "", e
         team=request.team, actor=request.user, data=file.read(), filename=file.name or "package",
         message=message, environment=env,
     )
+    return Status(201, _version_out(v))
+
+
+@router.get("/environments/{slug}/versions/{number}/harbor")
+def download_harbor_tasks(request, slug: str, number: int, file: str = "zip"):
+    """The version as Harbor task folders, one per task (file: zip or tar.gz): task.toml, instruction.md,
+    environment/Dockerfile with the package and the studio-env command, tests/test.sh running the
+    version's verifier on the agent's episode. A version imported from Harbor gives back its own folders."""
+    env = selectors.environment_get(team=request.team, slug=slug)
+    return harbor_response(selectors.version_get(environment=env, number=number), file=file)
+
+
+def harbor_response(version, *, file: str) -> HttpResponse:
+    data, name = harbor_services.harbor_export(version=version, file=file)
+    response = HttpResponse(data, content_type="application/zip" if file == "zip" else "application/gzip")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@router.post("/harbor/tasks", response={201: VersionOut})
+def upload_harbor_tasks(request, file: File[UploadedFile], message: Form[str] = "", environment: Form[str] = ""):
+    """Import a Harbor task folder (zip or tar.gz, task.toml at its top) or an archive of several task
+    folders as the next version of `environment` (a slug), else of the environment the task's name gives
+    (created if new). A malformed folder is a 400 naming the file it lacks; nothing is written then."""
+    require(request, "author")
+    if file.size > package.MAX_ARCHIVE_BYTES:
+        raise services.InvalidInput(f"{file.name} is {file.size / 1024 / 1024:.1f} MB, over the 20 MB limit.", field="file")
+    env = selectors.environment_get(team=request.team, slug=environment) if environment else None
+    v = harbor_services.harbor_import(team=request.team, actor=request.user, data=file.read(),
+                                      filename=file.name or "harbor-tasks", message=message, environment=env)
     return Status(201, _version_out(v))

@@ -12,4 +12,6 @@ class EnvironmentForm(forms.Form):
 
 class UploadForm(forms.Form):
     file = forms.FileField(help_text="A .zip or .tar.gz of an environment folder (20 MB at most).")
+    source = forms.ChoiceField(choices=[("package", "a studio package"), ("harbor", "Harbor task folders")],
+                               initial="package", required=False, label="Archive of")
     message = forms.CharField(max_length=500, required=False)

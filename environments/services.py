@@ -317,11 +317,17 @@ def package_import(*, team, actor, data: bytes, filename: str, message: str = ""
         files = package.read_archive(data, filename)
     except package.InvalidPackage as exc:
         raise InvalidVersion([package.PackageProblem(exc.file or filename, exc.line, exc.reason)]) from None
+    return package_files_import(team=team, actor=actor, files=files, message=message or f"Imported {filename}",
+                                environment=environment)
+
+
+def package_files_import(*, team, actor, files: dict[str, str], message: str, environment=None) -> EnvironmentVersion:
+    """Commit a package's files as a new version, in one transaction: of `environment`, else of the
+    team's environment named in environment.toml (created if new). Nothing is written when refused."""
     problems = package.validate_package(files)
     if problems:
         raise InvalidVersion(problems)
     manifest = package.parse_manifest(files)
-    message = message or f"Imported {filename}"
     with transaction.atomic():
         if environment is None:
             slug = slug_from(str(manifest["name"]), fallback="env")

@@ -18,6 +18,7 @@ urlpatterns = [
     path("<slug:slug>/versions/<int:number>/", views.version_detail, name="version"),
     path("<slug:slug>/versions/<int:number>/dependencies/", views.version_dependencies, name="dependencies"),
     path("<slug:slug>/versions/<int:number>/download/", views.version_download, name="download"),
+    path("<slug:slug>/versions/<int:number>/harbor/", views.version_harbor, name="harbor"),
     path("<slug:slug>/versions/<int:number>/restore/", views.draft_restore, name="restore"),
     path("<slug:slug>/diff/", views.version_diff, name="diff"),
 ]

@@ -10,7 +10,8 @@ from studio.access import team_view
 
 from . import package, selectors, services
 from .dependencies import services as dependency_services
-from .api import package_response
+from .api import harbor_response, package_response
+from .harbor import services as harbor_services
 from .forms import EnvironmentForm, UploadForm
 
 EDITOR_MODES = {".py": "python", ".toml": "toml", ".js": "javascript", ".json": "javascript",
@@ -238,6 +239,18 @@ def version_download(request, slug, number):
     return package_response(selectors.version_get(environment=env, number=number))
 
 
+@team_view("read")
+def version_harbor(request, slug, number):
+    """The version as Harbor task folders (?file=zip|tar.gz), or a page saying why it cannot be."""
+    env = selectors.environment_get(team=request.team, slug=slug)
+    version = selectors.version_get(environment=env, number=number)
+    try:
+        return harbor_response(version, file=request.GET.get("file", "zip"))
+    except services.InvalidInput as exc:
+        messages.error(request, exc.message)
+        return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+
+
 @require_POST
 @team_view("author")
 def draft_restore(request, slug, number):
@@ -279,7 +292,8 @@ def package_upload(request):
         try:
             if upload.size > services.package.MAX_ARCHIVE_BYTES:
                 raise services.InvalidInput(f"{upload.name} is {upload.size / 1048576:.1f} MB, over the 20 MB limit.", field="file")
-            version = services.package_import(
+            load = harbor_services.harbor_import if form.cleaned_data.get("source") == "harbor" else services.package_import
+            version = load(
                 team=request.team, actor=request.user, data=upload.read(), filename=upload.name,
                 message=form.cleaned_data.get("message", ""),
             )

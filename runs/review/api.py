@@ -198,7 +198,7 @@ def run_agreement(request, run_id: int):
 
 
 Decision = Literal["approved", "overridden", "rejected", "proposed", "all"]
-Format = Literal["trajectory", "chat", "inspect"]
+Format = Literal["trajectory", "chat", "atif", "inspect"]
 Arguments = Literal["object", "string"]
 File = Literal["jsonl", "parquet"]
 
@@ -225,7 +225,7 @@ def export_run(request, run_id: int, query: Query[ExportQuery], min_reward: floa
                max_reward: float | None = None):
     """The run's rollouts, streamed. decision: the current label (approved = approved or overridden),
     min_reward/max_reward: the exported reward (the current label's value, else the verifier's);
-    format: trajectory, chat, or inspect (an Inspect AI .json log); arguments (chat): tool-call
+    format: trajectory, chat, atif (one ATIF trajectory a line, Harbor's format), or inspect (an Inspect AI .json log); arguments (chat): tool-call
     arguments as objects or JSON strings; file: jsonl or parquet. `X-Export-Count` says how many rollouts the file holds."""
     run = run_selectors.run_get(team=request.team, run_id=run_id)
     filters = query.export_filter(min_reward=min_reward, max_reward=max_reward)

@@ -1,5 +1,6 @@
 """Streamed export of reviewed rollouts as JSON lines: one rollout a line, with its steps, current
-label and annotations ("trajectory"), or as chat messages with tool calls for fine-tuning ("chat").
+label and annotations ("trajectory"), as chat messages with tool calls for fine-tuning ("chat"), or
+as an ATIF trajectory, Harbor's interchange format ("atif").
 
 Memory stays flat: rollouts are read in id-ordered chunks (keyset), each chunk's steps, labels and
 annotations in one query apiece, and each line is yielded as soon as it is written. Step JSON
@@ -20,11 +21,12 @@ from studio.errors import DomainError
 from ..artifacts import arrays_inline
 from ..models import LabelDecision, Run
 from ..selectors import with_current_label
+from .export_atif import atif_row
 from .export_chat import ARGUMENT_MODES, chat_row
 from .selectors import rollouts_owed_by
 
 EXPORT_DECISIONS = ("approved", "overridden", "rejected", "proposed", "all")
-EXPORT_FORMATS = ("trajectory", "chat")
+EXPORT_FORMATS = ("trajectory", "chat", "atif")
 # "approved" exports what a trainer may use: approved labels and overrides (a human gave the value).
 DECISION_FILTER = {
     "approved": (LabelDecision.APPROVED, LabelDecision.OVERRIDDEN),
@@ -136,6 +138,11 @@ def export_lines(rollouts, *, decision: str = "approved", fmt: str = "trajectory
     heads: dict[int, dict] = {}
     if fmt == "trajectory":
         write = _trajectory_line
+    elif fmt == "atif":
+        def write(head, row, steps, label, annotations):
+            parsed = [(index, _parsed(action), _parsed(observation), reward, terminated, truncated, _parsed(info))
+                      for _, index, action, observation, reward, terminated, truncated, info in steps]
+            return _dump(atif_row(head, row, parsed, label, annotations)) + "\n"
     else:
         def write(head, row, steps, label, annotations):
             parsed = [(index, _parsed(action), _parsed(observation), _parsed(info))

@@ -31,6 +31,8 @@ def export_response(rollouts, *, filters: ExportFilter, fmt: str, arguments: str
         raise InvalidExport(f"file must be one of {', '.join(EXPORT_FILES)}, not {file!r}", field="file")
     if fmt == "inspect" and file != "jsonl":
         raise InvalidExport("an Inspect log is a .json file of its own: leave file at jsonl", field="file")
+    if fmt == "atif" and file != "jsonl":
+        raise InvalidExport("ATIF trajectories are JSON documents, one a line: leave file at jsonl", field="file")
     if refusal := export_refusal(rollouts):
         raise VersionGated(refusal)
     count = export_count(rollouts, filters=filters, viewer=viewer) if count is None else count

@@ -24,7 +24,8 @@ class Command(BaseCommand):
                             help="lowest exported reward (the current label's value, else the verifier's)")
         parser.add_argument("--max-reward", type=float, default=None, help="highest exported reward")
         parser.add_argument("--format", choices=(*EXPORT_FORMATS, "inspect"), default="trajectory", dest="fmt",
-                            help="trajectory, chat, or inspect (an Inspect AI .json log; needs --output)")
+                            help="trajectory, chat, atif (one ATIF trajectory a line, Harbor's format), "
+                                 "or inspect (an Inspect AI .json log; needs --output)")
         parser.add_argument("--arguments", choices=ARGUMENT_MODES, default="object",
                             help="chat: tool-call arguments as JSON objects (default) or JSON strings")
         parser.add_argument("--output", default="", help="write to this file instead of stdout; .parquet writes Parquet")
@@ -59,6 +60,8 @@ class Command(BaseCommand):
                 handle.write(inspect_log_bytes(rollouts, filters=filters))
             self.stderr.write(f"Wrote {count} rollout{'s' if count != 1 else ''} to {output}.")
             return
+        if fmt == "atif" and output.endswith(".parquet"):
+            raise CommandError("ATIF trajectories are JSON documents, one a line: give a .jsonl path")
         lines = export_lines(rollouts, filters=filters, fmt=fmt, arguments=arguments)
         if output.endswith(".parquet"):
             with open(output, "wb") as handle:
