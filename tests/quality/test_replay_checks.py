@@ -35,6 +35,9 @@ def test_a_verifier_that_rolls_dice_is_red_on_consistency_alone_with_each_instan
     assert f"task {first['task_id']} seed {first['seed']} (random): " in line["text"] and line["rollout"] == first["rollout"]
     # Determinism pairs compare steps: they repeat. No probe is rewarded by credit this small.
     assert audit.report["determinism"]["divergent"] == [] and not any(probe["flagged"] for probe in audit.report["probes"])
+    page = login(owner).get(reverse("quality:audit", kwargs={"team": version.environment.team.slug, "audit_id": audit.pk})).content.decode()
+    assert '<section class="card" id="verifier-consistency"><h3>Verifier consistency</h3>' in page
+    assert f'<td><code>{first["task_id"]}</code></td><td>{first["seed"]}</td><td>random</td>' in page
 
 
 def test_reverification_by_a_verifier_that_disagrees_with_itself_is_refused_by_service_api_and_pages(make_version, owner, owner_api, team):
@@ -75,6 +78,8 @@ def test_an_episode_that_changes_outside_the_studio_is_amber_not_portable_alone(
     line = line_of(audit, "portability", "amber")
     assert line["text"].startswith(f"Not portable: depends on {convention}.") and "4 of 4 episodes diverge" in line["text"]
     assert f"at step 0 ({reason})" in line["text"] and line["rollout"] is not None
+    page = login(owner).get(reverse("quality:audit", kwargs={"team": version.environment.team.slug, "audit_id": audit.pk})).content.decode()
+    assert '<h3>Portability</h3>' in page and f"at step 0 ({reason.replace(chr(39), '&#x27;')})" in page
 
 
 @pytest.mark.parametrize("package", ["arithmetic_quiz", "sorting"])
