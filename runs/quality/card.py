@@ -110,6 +110,8 @@ def card_lines(report: dict) -> list[dict]:
         add("determinism", "determinism", GREEN, f"All {det['pairs']} repeated episodes are identical.")
     else:
         add("determinism", "determinism", AMBER, "No determinism pair finished.")
+    consistency_lines(report.get("consistency"), add)
+    portability_lines(report.get("portability"), add)
     transfer = report["transfer"]
     by = f" (agent {transfer['agent']})" if transfer.get("agent") else ""
     order = report.get("order") or {}
@@ -188,3 +190,73 @@ def order_line(order: dict, add) -> None:
     else:
         verdict = "Harder levels fail more often" if order["agreement"] > 0 else "The levels do not clearly run backwards"
         add("difficulty", "difficulty", GREEN, f"{verdict} ({said}).")
+
+
+def said_verdicts(verdicts: list) -> str:
+    return ", ".join("none" if verdict is None else f"{verdict:g}" for verdict in verdicts)
+
+
+def consistency_lines(consistency: dict | None, add) -> None:
+    """Check `verifier.consistency`: red when a final state got different verdicts, listing the instances;
+    amber for replays the sandbox failed; else green with the counts."""
+    if consistency is None:
+        return
+    if not consistency.get("applies"):
+        add("verifier.consistency", "consistency", GREEN, f"Verifier consistency not checked: {consistency.get('why_not')}.")
+        return
+    inconsistent = consistency["inconsistent"]
+    if inconsistent:
+        count = consistency.get("count") or len(inconsistent)
+        listed = "; ".join(f"task {entry['task_id']} seed {entry['seed']} ({entry['source']}): {said_verdicts(entry['verdicts'])}"
+                           for entry in inconsistent[:5])
+        more = f"; and {count - 5} more" if count > 5 else ""
+        add("verifier.consistency", "consistency", RED,
+            f"The verifier disagrees with itself on {count} of {consistency['instances']} replayed instances (the same final"
+            f" state verified {consistency['calls']} times): {listed}{more}. Re-verification by this version is refused.",
+            inconsistent[0]["rollout"])
+    elif consistency["instances"]:
+        add("verifier.consistency", "consistency", GREEN,
+            f"The verifier gives one verdict per final state ({consistency['instances']} replayed instances, each verified"
+            f" {consistency['calls']} times).")
+    if consistency["errors"]:
+        error = consistency["errors"][0]
+        add("verifier.consistency", "consistency:error", AMBER,
+            f"The sandbox failed {len(consistency['errors'])} replay(s) of the verifier consistency check, e.g. task"
+            f" {error['task_id']} seed {error['seed']}: {error['error']}", error["rollout"])
+    elif not consistency["instances"]:
+        add("verifier.consistency", "consistency", GREEN, "Verifier consistency not checked: no episode of the oracle or the"
+            " `random` probe ran to its end.")
+
+
+def portability_lines(portability: dict | None, add) -> None:
+    """Check `portability`: amber per convention (hash order, time zone) whose replays diverge or fail; else
+    one green line."""
+    if portability is None:
+        return
+    if not portability.get("applies"):
+        add("portability", "portability", GREEN, f"Portability not checked: {portability.get('why_not')}.")
+        return
+    quiet = []
+    for convention in portability["conventions"]:
+        divergent, errors = convention["divergent"], convention["errors"]
+        if divergent:
+            first = divergent[0]
+            add("portability", f"portability:{convention['name']}", AMBER,
+                f"Not portable: depends on {convention['name']}. Replayed with {convention['says']}, {len(divergent)} of"
+                f" {convention['replayed']} episodes diverge, e.g. task {first['task_id']} seed {first['seed']} at step"
+                f" {first['first_divergent_step']} ({first['reason']}).", first["rollout"])
+        elif errors:
+            error = errors[0]
+            add("portability", f"portability:{convention['name']}", AMBER,
+                f"Not portable: depends on {convention['name']}. Replayed with {convention['says']}, {len(errors)} of"
+                f" {convention['replayed']} episodes fail, e.g. task {error['task_id']} seed {error['seed']}: {error['error']}",
+                error["rollout"])
+        else:
+            quiet.append(convention["says"])
+    if quiet and portability["instances"]:
+        add("portability", "portability", GREEN,
+            f"Episodes repeat outside the studio's conventions: {portability['instances']} replayed with {' and, apart, '.join(quiet)}.")
+    elif not portability["instances"]:
+        why = (f"none of the `random` probe's {portability['unrepeatable']} episodes repeats even in the studio (see determinism)"
+               if portability.get("unrepeatable") else "no episode of the `random` probe ran to its end")
+        add("portability", "portability", GREEN, f"Portability not checked: {why}.")

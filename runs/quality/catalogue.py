@@ -63,4 +63,18 @@ CHECKS = {
         "colours": "red: any flipped case; green: agreement on every case (no line without human labels)",
         "property": UNHACKABLE, "rfc": "semantic.verifier_portability",
     },
+    "verifier.consistency": {
+        "catches": "a verifier that disagrees with itself: the same final state (a replay of a stored episode) judged"
+                   " several times gets different rewards (it decides by chance or by the clock)",
+        "colours": "red: an instance's verdicts differ across the verify() calls (re-verification by the version is then"
+                   " refused); amber: the sandbox failed some replays; green otherwise (also for browser versions, not replayed)",
+        "property": REPRODUCIBLE, "rfc": "semantic.verifier_determinism",
+    },
+    "portability": {
+        "catches": "episodes that repeat in the studio but change outside it: replayed under another hash seed"
+                   " (str hashes, so set iteration order) or another time zone, they diverge",
+        "colours": "amber: a replay under another hash seed or time zone diverges from the stored episode (or fails);"
+                   " green otherwise",
+        "property": REPRODUCIBLE, "rfc": "hub.cross_host_determinism",
+    },
 }

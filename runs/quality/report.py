@@ -1,6 +1,7 @@
 """Every quality figure, defined once: probes, step reward against the outcome, oracle per instance,
 determinism, difficulty and transfer, verifier regression, the audit report (its card lines: card.py; its leak
-scan: leaks.py; its answer probes, played by services.audit_complete: answers.py), and version A/B statistics. The card, the audit
+scan: leaks.py; its answer probes, played by services.audit_complete: answers.py; its verifier consistency
+and portability replays, also played there: consistency.py), and version A/B statistics. The card, the audit
 and A/B pages, the API and `audit_version` all show what these functions return.
 
 Definitions:
@@ -393,7 +394,8 @@ def _rank_agreement(levels, fails) -> tuple[float, float]:
 # -- the report and its card ----------------------------------------------------------------------
 
 
-def audit_report(*, audit, regression: dict | None = None, answers: dict | None = None) -> dict:
+def audit_report(*, audit, regression: dict | None = None, answers: dict | None = None,
+                 consistency: dict | None = None, portability: dict | None = None) -> dict:
     """The audit's document (as `audit_version --json` prints it), from its runs' rollouts."""
     version = audit.environment_version
     manifest = version.manifest
@@ -427,6 +429,8 @@ def audit_report(*, audit, regression: dict | None = None, answers: dict | None 
         "order": difficulty_order(tasks=version.tasks, rows=rows + weak_rows, exclude=oracle_agent),
         "regression": regression,
         "answers": answers,
+        "consistency": consistency,
+        "portability": portability,
         "returns": return_figures(probes=probes, oracle_rows=oracle_rows, rows=_rows([entry.run_id for entry in roles])),
         "leaks": leak_figures(audit=audit),
     }

@@ -21,6 +21,7 @@ from ..agents import oracle_path
 from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunPurpose, RunStatus
 from . import report as figures
 from .answers import answer_probes
+from .consistency import replay_checks
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
 from .selectors import replayable_rollouts
 
@@ -180,7 +181,8 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
 
 def audit_complete(*, audit_id: int) -> str:
     """Store the report once every run of the audit has ended, after playing its answer probes
-    (answers.py: replays in one environment sandbox, which need the oracle's episodes). Idempotent: an
+    (answers.py: replays in one environment sandbox, which need the oracle's episodes) and replaying its
+    episodes for verifier consistency and portability (consistency.py). Idempotent: an
     ended audit, or one with runs still going, is left alone (the last run's end enqueues this again)."""
     audit = Audit.objects.select_related("environment_version__environment").filter(pk=audit_id).first()
     if audit is None or audit.is_over:
@@ -195,8 +197,9 @@ def audit_complete(*, audit_id: int) -> str:
         message = f"Cancelled: {names} did not finish, so the audit has no report."
     else:
         try:
+            consistency, portability = replay_checks(audit=audit)
             report = figures.audit_report(audit=audit, regression=verifier_regression(version=audit.environment_version),
-                                          answers=answer_probes(audit=audit))
+                                          answers=answer_probes(audit=audit), consistency=consistency, portability=portability)
             status = AuditStatus(report["status"])
         except Exception as exc:  # noqa: BLE001 - an audit must end with a readable state, never stay running
             logger.exception("computing the report of audit %s failed", audit.pk)
@@ -271,7 +274,8 @@ def verifier_regression(*, version) -> dict | None:
 
 
 def reverification_refusal(*, version) -> str:
-    """Why `version`'s verifier cannot re-score by replay ("" when it can): its episodes must repeat."""
+    """Why `version`'s verifier cannot re-score by replay ("" when it can): its episodes must repeat, and
+    its verifier must give one verdict per final state (the audit's `verifier.consistency`)."""
     audit = latest_audit(version=version)
     if audit is None or audit.report is None:
         return f"Audit {version.label} first: re-verification needs episodes that repeat."
@@ -281,6 +285,13 @@ def reverification_refusal(*, version) -> str:
                 " reproduce what the agent saw.")
     if not determinism.get("pairs"):
         return f"The audit of {version.label} finished no determinism pair: audit it again before re-verifying."
+    consistency = audit.report.get("consistency") or {}
+    if consistency.get("inconsistent"):
+        first = consistency["inconsistent"][0]
+        said = ", ".join("none" if verdict is None else f"{verdict:g}" for verdict in first["verdicts"])
+        return (f"The verifier of {version.label} disagrees with itself (its audit judged the same final state"
+                f" differently in {consistency.get('count') or len(consistency['inconsistent'])} instance(s), e.g. task"
+                f" {first['task_id']} seed {first['seed']}: {said}): re-scoring would change labels of identical replays.")
     return ""
 
 

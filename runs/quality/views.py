@@ -23,9 +23,10 @@ def _version(request, slug, number):
 def version_card(request, slug, number):
     env, version = _version(request, slug, number)
     audit = selectors.latest_audit(version=version)
+    refusal = services.reverification_refusal(version=version)
     return render(request, "quality/_card.html", {
         "env": env, "version": version, "reverification": selectors.latest_reverification(version=version),
-        "can_reverify": not services.reverification_refusal(version=version), **selectors.audit_card(audit),
+        "can_reverify": not refusal, "reverify_refusal": refusal, **selectors.audit_card(audit),
         "gate": gate.gate_state(version=version),
     })
 

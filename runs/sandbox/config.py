@@ -130,6 +130,15 @@ class SandboxConfig:
     # Start a sandbox that lacks an isolation layer (view, PID namespace, cgroup, disk quota, uid
     # switch)? None: settings.SANDBOX_ALLOW_WEAK (False when unset).
     allow_weak: bool | None = None
+    # The host conventions sandboxed code can depend on without asking: the hash seed of str and bytes
+    # (PYTHONHASHSEED, hence a set's iteration order) and the local time zone (TZ). The studio fixes
+    # both, so an episode repeats on any host; the quality lab's portability check varies them.
+    hash_seed: int = 0
+    timezone: str = "UTC"
+
+    def conventions(self) -> dict[str, str]:
+        """The runner's environment variables for the host conventions (both backends set them)."""
+        return {"PYTHONHASHSEED": str(self.hash_seed), "TZ": self.timezone}
 
 
 DEFAULT_CONFIG = SandboxConfig()

@@ -119,11 +119,11 @@ class DockerSandbox(Sandbox):
             "HOME": docker_image.WORKDIR_IN_IMAGE,
             "TMPDIR": docker_image.WORKDIR_IN_IMAGE,
             "PYTHONPATH": ":".join([docker_image.SDK_IN_IMAGE, *(self._dependency_paths() or [docker_image.SITE_PACKAGES_IN_IMAGE])]),
-            "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            **config.conventions(),
         }
         runner_dir = docker_image.RUNNER_DIR_IN_IMAGE
         argv = [

@@ -302,12 +302,12 @@ class ProcessSandbox(Sandbox):
             "HOME": workdir,
             "TMPDIR": "/tmp" if self._bwrap else workdir,
             "PYTHONPATH": os.pathsep.join(view_python_path(python_path) if self._bwrap else python_path),
-            "PYTHONHASHSEED": "0",
             "PYTHONDONTWRITEBYTECODE": "1",
             # One BLAS thread: predictable CPU use, and a far smaller address space under RLIMIT_AS.
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            **self.config.conventions(),
         }
 
     def _argv(self, python_path: list[str], seccomp_fd: int | None) -> list[str]:

@@ -4,7 +4,8 @@ clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out 
 `guess_backwards` declares its easiest task hardest, `quiz_leak` shows
 its answer; one-answer quizzes that believe a success flag (`quiz_success_flag`), accept a list of numbers
 (`quiz_any_number`), read the first number (`quiz_first_number`), check the answer key (`quiz_answer_key`)
-or the format (`quiz_format`)), and the clean controls `arithmetic_quiz` and `sorting`.
+or the format (`quiz_format`)), a quiz whose verifier rolls dice (`quiz_dice_verifier`), quizzes that depend on
+hash order (`quiz_hash_order`) or the local time zone (`quiz_local_time`), and the clean controls `arithmetic_quiz` and `sorting`.
 A variant is the demo's files with the variant's own (environment.toml, variant.py) laid over them."""
 import tomllib
 from pathlib import Path
@@ -18,7 +19,8 @@ PACKAGES = Path(__file__).resolve().parent / "packages"
 VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number", "guess_farm": "guess_number",
               "guess_cliff": "guess_number", "guess_backwards": "guess_number", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
               "quiz_any_number": "arithmetic_quiz", "quiz_first_number": "arithmetic_quiz", "quiz_answer_key": "arithmetic_quiz",
-              "quiz_format": "arithmetic_quiz"}
+              "quiz_format": "arithmetic_quiz", "quiz_dice_verifier": "arithmetic_quiz", "quiz_hash_order": "arithmetic_quiz",
+              "quiz_local_time": "arithmetic_quiz"}
 
 
 def base_folder(name: str) -> Path:
