@@ -100,7 +100,9 @@ def get_reverification(request, reverification_id: int):
 
 
 @router.get("/quality/compare")
-def compare(request, a: str = "", b: str = "", agent: str = "", runs: str = ""):
-    """Version A/B: the same agent on versions a and b, or two runs: histograms, per-task differences,
-    mean difference with a bootstrap 95 % interval and a permutation p-value."""
-    return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, runs=runs)
+def compare(request, a: str = "", b: str = "", agent: str = "", agent_b: str = "", runs: str = ""):
+    """A/B of two versions (a, b, agent), two agents (a, agent, agent_b) or two runs (runs=12,15). `paired`:
+    pairs by (task, seed, repeat), the mean paired difference with a bootstrap 95 % interval, McNemar's test
+    of pass/fail and the instances that flip; `result`: the unpaired histograms, per-task differences, mean
+    difference with a bootstrap interval and a permutation p-value."""
+    return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, agent_b=agent_b, runs=runs)
