@@ -6,7 +6,7 @@ from studio.auth import require
 from studio.errors import DomainError
 
 from ..seeds import parse_seeds
-from . import selectors, services
+from . import selectors, services, transcripts
 from .schemas import AuditIn, AuditOut, ReverificationOut, ReverifyIn, ReverifyPreviewOut
 
 router = Router(tags=["quality"])
@@ -106,3 +106,22 @@ def compare(request, a: str = "", b: str = "", agent: str = "", agent_b: str = "
     of pass/fail and the instances that flip; `result`: the unpaired histograms, per-task differences, mean
     difference with a bootstrap interval and a permutation p-value."""
     return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, agent_b=agent_b, runs=runs)
+
+
+class BadPage(DomainError):
+    pass
+
+
+@router.get("/runs/{run_id}/suspicious")
+def run_suspicious(request, run_id: int, offset: int = 0, limit: int = 50):
+    """Rollouts of the run the transcript scanner lists (scanned on a worker when the run ends), with why:
+    a final answer holding many candidates (`shotgun`), a write to a file the verifier may read
+    (`verifier_file`), a high return the verifier scores 0 (`farming`). `scanned` is false until the scan
+    has run; `count` counts them all, `suspicious` is one page (offset, limit at most 500)."""
+    from runs.selectors import run_get
+
+    if offset < 0:
+        raise BadPage("offset must be 0 or more.", field="offset")
+    if not 1 <= limit <= 500:
+        raise BadPage("limit must be from 1 to 500.", field="limit")
+    return transcripts.run_suspicious(run=run_get(team=request.team, run_id=run_id), offset=offset, limit=limit)
