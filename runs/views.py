@@ -13,6 +13,7 @@ from environments.selectors import environments_for_team, versions_for_team, ver
 from studio.access import InvalidToken, reader_for, team_view
 
 from .review import selectors as review_selectors
+from .quality.transcripts import run_suspicious
 from studio.errors import DomainError
 from studio.middleware import checks_its_own_form_fields
 
@@ -112,6 +113,7 @@ def run_detail(request, run_id):
         "live": run.status in (RunStatus.QUEUED, RunStatus.RUNNING) or summary["pending"] > 0,
         "cancellable": run.status in (RunStatus.QUEUED, RunStatus.RUNNING),
         "running_now": selectors.running_now(run=run),
+        "suspicious": run_suspicious(run=run),
     }
     if request.htmx and request.GET.get("partial") == "body":
         return render(request, "runs/run.html#run-body", context)

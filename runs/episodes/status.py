@@ -15,7 +15,7 @@ from studio.celery import task_send, worker_slots
 
 from .. import events
 from ..models import Rollout, RolloutStatus, Run, RunStatus, RunTally
-from ..quality.hooks import audit_run_ended
+from ..quality.hooks import audit_run_ended, run_transcripts_due
 
 logger = logging.getLogger(__name__)
 
@@ -89,8 +89,10 @@ def run_mark_started(*, run_id: int) -> None:
 
 
 def run_ended(*, run: Run) -> None:
-    """The run finished or was cancelled: its viewers hear it, and an audit it belongs to is told."""
+    """The run finished or was cancelled: its viewers hear it, an audit it belongs to is told, and its
+    transcripts are scanned."""
     audit_run_ended(run_id=run.pk)
+    run_transcripts_due(run_id=run.pk)
     events.publish_run(run)
 
 

@@ -8,7 +8,7 @@ from studio.errors import DomainError
 from ..seeds import parse_seeds
 from studio.services import team_training_gate_set
 
-from . import gate, selectors, services
+from . import gate, selectors, services, transcripts
 from .schemas import AuditIn, AuditOut, GateOut, GateOverrideIn, ReverificationOut, ReverifyIn, ReverifyPreviewOut, TrainingGateIn
 
 router = Router(tags=["quality"])
@@ -102,10 +102,31 @@ def get_reverification(request, reverification_id: int):
 
 
 @router.get("/quality/compare")
-def compare(request, a: str = "", b: str = "", agent: str = "", runs: str = ""):
-    """Version A/B: the same agent on versions a and b, or two runs: histograms, per-task differences,
-    mean difference with a bootstrap 95 % interval and a permutation p-value."""
-    return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, runs=runs)
+def compare(request, a: str = "", b: str = "", agent: str = "", agent_b: str = "", runs: str = ""):
+    """A/B of two versions (a, b, agent), two agents (a, agent, agent_b) or two runs (runs=12,15). `paired`:
+    pairs by (task, seed, repeat), the mean paired difference with a bootstrap 95 % interval, McNemar's test
+    of pass/fail and the instances that flip; `result`: the unpaired histograms, per-task differences, mean
+    difference with a bootstrap interval and a permutation p-value."""
+    return selectors.ab_compare(team=request.team, a=a, b=b, agent=agent, agent_b=agent_b, runs=runs)
+
+
+class BadPage(DomainError):
+    pass
+
+
+@router.get("/runs/{run_id}/suspicious")
+def run_suspicious(request, run_id: int, offset: int = 0, limit: int = 50):
+    """Rollouts of the run the transcript scanner lists (scanned on a worker when the run ends), with why:
+    a final answer holding many candidates (`shotgun`), a write to a file the verifier may read
+    (`verifier_file`), a high return the verifier scores 0 (`farming`). `scanned` is false until the scan
+    has run; `count` counts them all, `suspicious` is one page (offset, limit at most 500)."""
+    from runs.selectors import run_get
+
+    if offset < 0:
+        raise BadPage("offset must be 0 or more.", field="offset")
+    if not 1 <= limit <= 500:
+        raise BadPage("limit must be from 1 to 500.", field="limit")
+    return transcripts.run_suspicious(run=run_get(team=request.team, run_id=run_id), offset=offset, limit=limit)
 
 
 def gate_out(version) -> dict:

@@ -130,3 +130,26 @@ class GateOverride(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["environment_version", "-created_at"])]
+
+class TranscriptScan(models.Model):
+    """The transcript scanner's pass over one run's stored rollouts (runs/quality/transcripts.py), done on a
+    worker when the run ends: the run page and `GET /runs/{id}/suspicious` read it, never scan themselves."""
+
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="transcript_scan")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    rollouts = models.PositiveIntegerField(default=0)  # how many rollouts the pass read
+    suspicious = models.PositiveIntegerField(default=0)
+    scanned_at = models.DateTimeField()
+
+
+class SuspiciousRollout(models.Model):
+    """A rollout the scanner lists, with why: [{"check": "shotgun" | "verifier_file" | "farming", "text": ...}]."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="suspicious_rollouts")
+    rollout = models.OneToOneField("runs.Rollout", on_delete=models.CASCADE, related_name="suspicion")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    reasons = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["rollout_id"]
+        indexes = [models.Index(fields=["run", "rollout"], name="suspicious_run_rollout")]

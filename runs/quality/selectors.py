@@ -6,6 +6,7 @@ from studio.errors import DomainError
 from ..figures import DONE_STATUSES
 from ..models import Agent, Rollout
 from . import report as figures
+from .paired import paired_figures
 from .models import Audit, AuditStatus, Reverification
 
 
@@ -89,14 +90,17 @@ class InvalidComparison(DomainError):
 
 
 def ab_rows(*, runs=None, version=None, agent=None) -> list[dict]:
-    """Done rollouts (task_id, verifier_reward) of some runs, or of one agent on one version."""
+    """Done rollouts (id, task_id, seed, repeat, status, verifier_reward) of some runs, or of one agent on one version."""
     rollouts = Rollout.objects.filter(status__in=DONE_STATUSES)
     rollouts = rollouts.filter(run__in=runs) if runs is not None else rollouts.filter(run__environment_version=version, run__agent=agent)
-    return list(rollouts.order_by("id").values("id", "task_id", "verifier_reward"))
+    return list(rollouts.order_by("id").values("id", "task_id", "seed", "repeat", "status", "verifier_reward"))
 
 
-def ab_compare(*, team, a: str = "", b: str = "", agent: str = "", runs: str = "") -> dict:
-    """Version A/B for the page and the API: two runs (`runs` "12,15"), or one agent on versions a and b."""
+def ab_compare(*, team, a: str = "", b: str = "", agent: str = "", agent_b: str = "", runs: str = "") -> dict:
+    """A/B for the page, the API and `compare_ab`: two runs (`runs` "12,15"), one agent on versions a and b,
+    or two agents (`agent`, `agent_b`) on version a (and b, when given). `paired`: instance by instance
+    (paired.paired_figures), what the page leads with; `result`: the unpaired figures over the tasks both
+    ran (report.ab_figures)."""
     from environments.selectors import version_by_label
     from runs.selectors import runs_by_ids
 
@@ -109,17 +113,24 @@ def ab_compare(*, team, a: str = "", b: str = "", agent: str = "", runs: str = "
                   f"run #{run_b.pk} ({run_b.environment_version.label}, {run_b.agent.name})")
         a_rows, b_rows = ab_rows(runs=[run_a]), ab_rows(runs=[run_b])
     else:
+        b = b or (a if agent_b else "")
         for name, value in (("a", a), ("b", b), ("agent", agent)):
             if not value:
                 raise InvalidComparison(f"Give {name} (versions as slug@N and an agent name), or two runs.", field=name)
         version_a = version_by_label(team=team, label=a)
         version_b = version_by_label(team=team, label=b)
-        found = Agent.objects.filter(team=team, name=agent).first()
-        if found is None:
-            raise InvalidComparison(f"No agent named {agent!r} in this team.", field="agent")
-        labels = (f"{version_a.label} ({found.name})", f"{version_b.label} ({found.name})")
-        a_rows, b_rows = ab_rows(version=version_a, agent=found), ab_rows(version=version_b, agent=found)
+        agents = []
+        for field, name in (("agent", agent), ("agent_b", agent_b or agent)):
+            found = Agent.objects.filter(team=team, name=name).first()
+            if found is None:
+                raise InvalidComparison(f"No agent named {name!r} in this team.", field=field)
+            agents.append(found)
+        labels = (f"{version_a.label} ({agents[0].name})", f"{version_b.label} ({agents[1].name})")
+        if version_a.pk == version_b.pk and agents[0].pk == agents[1].pk:
+            raise InvalidComparison("A and B are the same version and agent: change b or agent_b.", field="b")
+        a_rows, b_rows = ab_rows(version=version_a, agent=agents[0]), ab_rows(version=version_b, agent=agents[1])
     result = figures.ab_figures(a_rows=a_rows, b_rows=b_rows)
     if not result["tasks"]:
         raise InvalidComparison("The two sides have no finished rollouts on the same tasks.", field="runs" if runs else "b")
-    return {"a_label": labels[0], "b_label": labels[1], "result": result}
+    return {"a_label": labels[0], "b_label": labels[1], "paired": paired_figures(a_rows=a_rows, b_rows=b_rows),
+            "result": result}

@@ -143,8 +143,9 @@ def audit_detail(request, audit_id):
 @require_safe
 @team_view("read")
 def version_ab(request):
-    """?a=slug@1&b=slug@2&agent=NAME (the same agent on two versions) or ?runs=12,15 (two runs)."""
-    params = {key: request.GET.get(key, "").strip() for key in ("a", "b", "agent", "runs")}
+    """?a=slug@1&b=slug@2&agent=NAME (the same agent on two versions), &agent_b=NAME (two agents) or
+    ?runs=12,15 (two runs): the paired result first, then the unpaired figures."""
+    params = {key: request.GET.get(key, "").strip() for key in ("a", "b", "agent", "agent_b", "runs")}
     context = {"params": params, "result": None, "error": ""}
     if any(params.values()):
         try:
