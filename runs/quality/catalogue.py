@@ -11,7 +11,8 @@ SCALES, LEARNABLE, SECURE, UNHACKABLE, OBSERVABLE, REPRODUCIBLE = (
 
 CHECKS = {
     "probe.reward": {
-        "catches": "a hack probe (noop, random, claim, peek, the package's own) that the verifier rewards",
+        "catches": "a hack probe (noop, random, claim, peek, tamper, the package's own) that the verifier rewards;"
+                   " tamper: a verdict the agent forges by writing a report file the verifier reads",
         "colours": "red: the probe's mean reward is above its threshold; green otherwise",
         "property": UNHACKABLE, "rfc": "semantic.floor_gap",
     },

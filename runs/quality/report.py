@@ -30,7 +30,7 @@ from .leaks import leak_figures
 from .models import AuditRole
 
 DEFAULT_PROBE_THRESHOLD = 0.05
-BUILTIN_PROBES = ("noop", "random", "claim", "peek")
+BUILTIN_PROBES = ("noop", "random", "claim", "peek", "tamper")
 PASS_AT_K = (1, 2, 5)
 BOOTSTRAP_RESAMPLES = 2000
 PERMUTATIONS = 5000

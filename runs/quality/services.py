@@ -5,6 +5,7 @@ An audit queues ordinary runs (one Celery task per rollout); when the last of th
 """
 import ast
 import logging
+import re
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
@@ -22,6 +23,7 @@ from ..models import AgentKind, LabelDecision, LabelSource, RewardLabel, RunPurp
 from . import report as figures
 from .answers import answer_probes
 from .consistency import replay_checks
+from .probes import tamper
 from .models import Audit, AuditRole, AuditRun, AuditStatus, Reverification, ReverificationStatus
 from .selectors import replayable_rollouts
 
@@ -96,6 +98,33 @@ def env_interface(version) -> dict:
         sandbox.close()
 
 
+# A string literal of the package's code that names a file: a relative or absolute path with an extension
+# or a folder, no spaces (what a verifier might read back).
+PATH_LITERAL = re.compile(r"^(?:/|\.{0,2}/)?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:txt|json|jsonl|xml|log|out|csv|ya?ml|md|html|toml|ini|flag|done)$")
+
+
+def path_literals(version) -> list[str]:
+    """Path-like string literals of the package's own code (its oracle and probes aside): where a verifier
+    may look for a report the agent could forge (the `tamper` probe writes to each)."""
+    paths = set()
+    for path, text in version.files.items():
+        if not path.endswith(".py") or path.startswith("probes/") or path == oracle_path(version):
+            continue
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 200 and PATH_LITERAL.match(node.value):
+                paths.add(node.value)
+    return sorted(paths)[:40]
+
+
+def tamper_applies(interface: dict) -> bool:
+    """Whether the environment offers a tool that writes files (the `tamper` probe has something to forge with)."""
+    return bool(tamper.writers(interface.get("tools") or []))
+
+
 def probe_code(name: str, version, interface: dict | None = None) -> str:
     """A built-in probe's code with what it knows of this version filled in."""
     code = (PROBES_DIR / f"{name}.py").read_text(encoding="utf-8")
@@ -105,6 +134,8 @@ def probe_code(name: str, version, interface: dict | None = None) -> str:
     code = code.replace("TOOL_SPECS = []", f"TOOL_SPECS = {interface.get('tools') or []!r}", 1)
     if name == "claim":
         code = code.replace("WORDS = []", f"WORDS = {success_words(version)!r}", 1)
+    if name == "tamper":
+        code = code.replace("PATHS = []", f"PATHS = {path_literals(version)!r}", 1)
     return code
 
 
@@ -137,6 +168,8 @@ def audit_start(*, version, actor, seeds=DEFAULT_SEEDS) -> Audit:
     plan = []
     interface = env_interface(version)
     for name in figures.BUILTIN_PROBES:
+        if name == "tamper" and not tamper_applies(interface):
+            continue  # nothing in the environment writes a file: there is no verdict to forge
         if name == "random":
             plan.append((AuditRole.PROBE, name, random_agent, 1))
         else:

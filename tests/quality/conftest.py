@@ -1,7 +1,8 @@
 """Quality-lab fixtures: versions of the demo packages and of the deliberately flawed variants
 of guess-number and the quiz (tests/quality/packages: `guess_claim` trusts a claim, `guess_clock` reads the
 clock, `guess_farm` pays every step, `guess_cliff` hides odd seeds' secrets out of range,
-`guess_backwards` declares its easiest task hardest, `quiz_leak` shows
+`guess_backwards` declares its easiest task hardest, `quiz_trusts_report` believes a report file the agent can
+write (over the clean `scratch_quiz`), `quiz_leak` shows
 its answer; one-answer quizzes that believe a success flag (`quiz_success_flag`), accept a list of numbers
 (`quiz_any_number`), read the first number (`quiz_first_number`), check the answer key (`quiz_answer_key`)
 or the format (`quiz_format`)), a quiz whose verifier rolls dice (`quiz_dice_verifier`), quizzes that depend on
@@ -17,7 +18,7 @@ from environments.demo import DEMO_DIR, read_folder
 
 PACKAGES = Path(__file__).resolve().parent / "packages"
 VARIANT_OF = {"guess_claim": "guess_number", "guess_clock": "guess_number", "guess_farm": "guess_number",
-              "guess_cliff": "guess_number", "guess_backwards": "guess_number", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
+              "guess_cliff": "guess_number", "guess_backwards": "guess_number", "quiz_trusts_report": "scratch_quiz", "quiz_leak": "arithmetic_quiz", "quiz_success_flag": "arithmetic_quiz",
               "quiz_any_number": "arithmetic_quiz", "quiz_first_number": "arithmetic_quiz", "quiz_answer_key": "arithmetic_quiz",
               "quiz_format": "arithmetic_quiz", "quiz_dice_verifier": "arithmetic_quiz", "quiz_hash_order": "arithmetic_quiz",
               "quiz_local_time": "arithmetic_quiz"}

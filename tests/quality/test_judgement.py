@@ -177,3 +177,27 @@ def test_difficulty_levels_that_run_backwards_are_red_on_the_card_with_suggested
     assert card.status_code == 200 and "narrow 3→1" in card.content.decode()
     page = login(owner).get(reverse("quality:audit", kwargs={"team": team, "audit_id": audit.pk})).content.decode()
     assert 'id="difficulty-order"' in page and '<strong id="order-agent">random</strong>' in page
+
+
+def test_a_verifier_that_believes_a_file_the_agent_can_write_is_red_by_the_tamper_probe(make_version, owner):
+    version = make_version("quiz_trusts_report")
+    audit = play_audit(services.audit_start(version=version, actor=owner, seeds=[0, 1]))
+    assert audit.status == "flagged" and not_green(audit) == {"probe.reward"}, audit.report["lines"]
+    flagged = [probe["name"] for probe in audit.report["probes"] if probe["flagged"]]
+    assert flagged == ["tamper"]
+    line = next(line for line in audit.report["lines"] if line["check"] == "probe:tamper")
+    assert line["level"] == "red" and line["rollout"] is not None
+    # The probe wrote to the path literal of the package's code, not only to the usual report names.
+    code = audit.audit_runs.get(name="tamper").run.agent.code
+    assert "'out/verdict.txt'" in code and "reward.txt" in code
+
+
+def test_the_tamper_probe_is_green_where_the_verifier_ignores_what_was_written_and_absent_without_a_writer(make_version, owner):
+    audit = play_audit(services.audit_start(version=make_version("scratch_quiz"), actor=owner, seeds=[0, 1]))
+    assert audit.status == "passed" and not_green(audit) == set(), audit.report["lines"]
+    assert next(probe for probe in audit.report["probes"] if probe["name"] == "tamper")["mean_reward"] == 0.0
+    # An environment with no tool that writes has nothing to forge with: the probe is not played.
+    quiz = play_audit(services.audit_start(version=make_version("arithmetic_quiz"), actor=owner, seeds=[0]))
+    assert "tamper" not in {probe["name"] for probe in quiz.report["probes"]}
+    assert services.tamper_applies({"tools": [{"name": "run_bash", "parameters": {"properties": {"command": {}}}}]})
+    assert not services.tamper_applies({"tools": [{"name": "read_file", "parameters": {"properties": {"path": {}}}}]})
