@@ -4,6 +4,7 @@ from django.http import StreamingHttpResponse
 
 from environments.models import EnvironmentVersion
 
+from ..interop import INSPECT_MISSING, inspect_installed
 from ..quality.gate import VersionGated, gate_state, gated_versions
 from .export import EXPORT_FORMATS, ExportFilter, InvalidExport, export_count, export_lines
 from .export_parquet import parquet_chunks
@@ -31,6 +32,8 @@ def export_response(rollouts, *, filters: ExportFilter, fmt: str, arguments: str
         raise InvalidExport(f"file must be one of {', '.join(EXPORT_FILES)}, not {file!r}", field="file")
     if fmt == "inspect" and file != "jsonl":
         raise InvalidExport("an Inspect log is a .json file of its own: leave file at jsonl", field="file")
+    if fmt == "inspect" and not inspect_installed():
+        raise InvalidExport(INSPECT_MISSING, field="format")
     if fmt == "atif" and file != "jsonl":
         raise InvalidExport("ATIF trajectories are JSON documents, one a line: leave file at jsonl", field="file")
     if refusal := export_refusal(rollouts):

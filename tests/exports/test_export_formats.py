@@ -7,6 +7,7 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
 from transformers.utils.chat_template_utils import render_jinja_template
 from trl import chat_template_utils as trl_templates
@@ -234,3 +235,18 @@ def test_chat_exports_render_through_llama3_gpt_oss_and_deepseek_as_trl_loads_th
                                           chat_template=getattr(trl_templates, template))
         assert expected in text, (template, text[-600:])
         assert "lookup_item" in text and "blue widget" in text, template
+
+
+def test_without_inspect_ai_installed_the_inspect_export_says_which_extra_it_needs(owner_api, make_run, monkeypatch):
+    """The runtime install leaves inspect-ai out (the interop extra): asking for an Inspect log is a 400
+    naming the format and the extra, never a 500; the other formats still download."""
+    import sys
+
+    run = make_run([1.0], steps=1)
+    monkeypatch.setitem(sys.modules, "inspect_ai", None)  # as if not installed: nothing can import it
+    response = owner_api.get(f"/runs/{run.pk}/export", {"format": "inspect", "decision": "all"})
+    assert response.status_code == 400 and response.json()["field"] == "format"
+    assert "environment-studio[interop]" in response.json()["detail"]
+    assert owner_api.get(f"/runs/{run.pk}/export", {"format": "trajectory", "decision": "all"}).status_code == 200
+    with pytest.raises(CommandError, match=r"installed without"):
+        call_command("export_trajectories", "--run", str(run.pk), "--format", "inspect", "--output", "/tmp/never.json")

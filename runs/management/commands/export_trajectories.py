@@ -2,6 +2,7 @@
 (`--output PATH`; a .parquet path writes Parquet)."""
 from django.core.management.base import BaseCommand, CommandError
 
+from runs.interop import INSPECT_MISSING, inspect_installed
 from runs.models import Run
 from runs.review.export import EXPORT_DECISIONS, EXPORT_FORMATS, ExportFilter, InvalidExport, export_count, export_lines
 from runs.review.export_chat import ARGUMENT_MODES
@@ -54,6 +55,8 @@ class Command(BaseCommand):
         if fmt == "inspect":
             if not output:
                 raise CommandError("--format inspect writes an Inspect log file: give --output PATH.json")
+            if not inspect_installed():
+                raise CommandError(INSPECT_MISSING[0].upper() + INSPECT_MISSING[1:] + ".")
             from runs.interop.inspect_log import inspect_log_bytes
 
             with open(output, "wb") as handle:
