@@ -193,7 +193,12 @@ def version_list(request, slug):
 @team_view("read")
 def version_detail(request, slug, number):
     env = selectors.environment_get(team=request.team, slug=slug)
-    version = selectors.version_get(environment=env, number=number)
+    return version_page(request, env=env, version=selectors.version_get(environment=env, number=number))
+
+
+def version_page(request, *, env, version, quality_card: str = "", status: int = 200):
+    """The version page; `quality_card`: the quality card already rendered (a form of the card refused
+    what was typed, shown beside its field), else the page fetches the card when it loads."""
     # The page shows one file and the first tasks: the rest of a large version stays in the database.
     paths = selectors.version_paths(version)
     current = request.GET.get("file") or ("env.py" if "env.py" in paths else paths[0])
@@ -217,7 +222,9 @@ def version_detail(request, slug, number):
             "annotations": review_selectors.annotations_for(version=version).select_related("rollout").order_by("-created_at")[:20],
             "export_url": reverse("review:export_version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number}),
             "deps": dependency_services.version_dependencies(version),
+            "quality_card": quality_card,
         },
+        status=status,
     )
 
 

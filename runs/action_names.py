@@ -39,6 +39,39 @@ def action_names(*, manifest: dict | None, action_space) -> dict[str, str]:
     return {str(start + offset): str(name) for offset, name in enumerate(names)}
 
 
+def rollout_action_names(rollout) -> dict[str, str]:
+    """The names of a rollout's discrete actions ({"2": "UP", ...}; {} when unnamed): the ones its
+    episode recorded at start, else its version's [actions] names (an episode still going)."""
+    names = (rollout.reproduction or {}).get("action_names")
+    if not names:
+        names = action_names(manifest=rollout.run.environment_version.manifest, action_space=None)
+    return names or {}
+
+
+def action_label(action, names: dict[str, str]) -> str | None:
+    """"UP (2)" for a discrete action that has a name, as the replay shows it (static/js/replay.js); None
+    for any other action (shown as its JSON)."""
+    if isinstance(action, bool) or not isinstance(action, (int, float)):
+        return None
+    if isinstance(action, float):
+        if not action.is_integer():
+            return None
+        action = int(action)
+    name = names.get(str(action))
+    return f"{name} ({action})" if name is not None else None
+
+
+def named_space(*, manifest: dict | None, action_space):
+    """The action space description with `names` the actions' names as play and replay call them (the
+    version's [actions] names over the space's own), for a discrete space that has any; any other
+    space as it is. Only `names` changes: a client that reads type, n and start reads the same."""
+    names = action_names(manifest=manifest, action_space=action_space)
+    if not names or not isinstance(action_space, dict):
+        return action_space
+    start = action_space.get("start", 0) if isinstance(action_space.get("start", 0), int) else 0
+    return {**action_space, "names": [names.get(str(start + offset), "") for offset in range(len(names))]}
+
+
 def action_keys(*, manifest: dict | None, names: dict[str, str], actions: range) -> dict[str, int]:
     """{KeyboardEvent.key: action number} for play: the manifest's `[actions] keys`, else the defaults."""
     by_name = {name: int(value) for value, name in names.items()}

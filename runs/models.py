@@ -243,6 +243,9 @@ class ReviewState(models.Model):
     # A verifier label newer than the latest human decision judges the outcome otherwise (runs.labels): the
     # human label stays current; the queue's "disagreement" filter walks these through their index.
     disagreement = models.BooleanField(default=False, db_default=False)  # db_default: the rules as of 0023 omit it
+    # The run's purpose (Run.purpose, fixed when the run is created), copied by the rule so the queue's
+    # purpose filter reads the state's own index instead of joining every state to its run.
+    purpose = models.CharField(max_length=16, choices=RunPurpose.choices, default=RunPurpose.EVALUATION)
 
     class Meta:
         indexes = [
@@ -250,6 +253,10 @@ class ReviewState(models.Model):
             # lookup of their labels per rollout: an index-only scan, however many they decided).
             models.Index(fields=["team", "rollout"], condition=models.Q(open=True), include=["decider_ids"],
                          name="review_state_open_by"),
+            # The same walk for one purpose (the default queue: evaluations), however many open states of
+            # other purposes (audits, sessions) come before them.
+            models.Index(fields=["team", "purpose", "rollout"], condition=models.Q(open=True), include=["decider_ids"],
+                         name="review_state_open_purpose"),
             models.Index(fields=["team", "rollout"], condition=models.Q(disagreement=True), name="review_state_disagreement"),
         ]
 

@@ -13,7 +13,7 @@ from studio.errors import DomainError
 from studio.middleware import checks_its_own_form_fields
 
 from . import play as play_service
-from .action_names import play_controls
+from .action_names import named_space, play_controls
 from .forms import PlayForm
 
 ACTION_KINDS = ("click", "fill", "select", "press", "goto", "scroll", "wait", "done")
@@ -72,10 +72,13 @@ def play_page(request, play_id):
     except DomainError as exc:
         messages.error(request, str(exc))
         return redirect(reverse("play:new", kwargs={"team": request.team.slug}))
-    controls = play_controls(manifest=play.rollout.run.environment_version.manifest, action_space=play.action_space)
+    manifest = play.rollout.run.environment_version.manifest
+    controls = play_controls(manifest=manifest, action_space=play.action_space)
+    # The space as the buttons call its actions (the version's [actions] names over the space's own).
+    space = named_space(manifest=manifest, action_space=play.action_space)
     return render(request, "runs/play.html", {
         "play": play, "action_kinds": ACTION_KINDS, "rollout": play.rollout, "controls": controls,
-        "action_space_json": json.dumps(play.action_space) if play.action_space else "",
+        "action_space_json": json.dumps(space) if space else "",
     })
 
 

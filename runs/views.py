@@ -17,6 +17,8 @@ from .quality.transcripts import run_suspicious
 from studio.errors import DomainError
 from studio.middleware import checks_its_own_form_fields
 
+from .action_names import rollout_action_names
+
 from . import artifacts, events, figures, selectors, services
 from .episodes import interactive
 from .forms import AgentForm, RunForm
@@ -155,7 +157,7 @@ def rollout_detail(request, rollout_id):
     context = {
         "rollout": rollout, "steps": steps, "labels": review_selectors.visible_labels(rollout, request.user),
         "comparison": comparison, "reruns": rollout.reruns.order_by("-id")[:10],
-        "live": not rollout.is_finished,
+        "live": not rollout.is_finished, "action_names": rollout_action_names(rollout),
     }
     if request.htmx and request.GET.get("partial") == "steps":
         return render(request, "runs/rollout.html#steps", context)

@@ -30,6 +30,13 @@ def checks_its_own_form_fields(view):
     return view
 
 
+def checks_its_own_query_fields(view):
+    """Marks a page view (a GET form) whose form validates every query parameter itself, ranges included:
+    the gate lets an integer outside a bigint through to it, so the page shows the error beside the field."""
+    view.checks_its_own_query_fields = True
+    return view
+
+
 def _value_problem(field: str, value: str, *, integers: bool = True) -> InputProblem | None:
     reason = text_problem(value)
     if reason:
@@ -52,24 +59,25 @@ def _fields_problem(fields, where: str, *, integers: bool = True) -> InputProble
     return None
 
 
-def _view_checks_its_own(request) -> bool:
-    if request.path.startswith(API_PREFIX) or request.method != "POST":
+def _view_checks_its_own(request, marker: str) -> bool:
+    if request.path.startswith(API_PREFIX):
         return False
     try:
         match = resolve(request.path_info)
     except Resolver404:
         return False
-    return getattr(match.func, "checks_its_own_form_fields", False)
+    return getattr(match.func, marker, False)
 
 
-def request_input_problem(request, *, form_integers: bool = True) -> InputProblem | None:
+def request_input_problem(request, *, form_integers: bool = True, query_integers: bool = True) -> InputProblem | None:
     """The first part of the request's query string or body the studio refuses, or None;
-    `form_integers=False` leaves posted form fields' integer ranges to the view's form."""
+    `form_integers=False` leaves posted form fields' integer ranges to the view's form,
+    `query_integers=False` the query string's."""
     for segment in request.path.split("/"):
         problem = _value_problem("path", segment)
         if problem:
             return problem
-    problem = _fields_problem(request.GET, "query parameter")
+    problem = _fields_problem(request.GET, "query parameter", integers=query_integers)
     if problem:
         return problem
     if request.method in ("GET", "HEAD", "OPTIONS"):
@@ -126,8 +134,12 @@ class InputGateMiddleware:
     @staticmethod
     def problem(request) -> InputProblem | None:
         problem = request_input_problem(request)
-        if problem is not None and _view_checks_its_own(request):
+        if problem is None:
+            return None
+        if request.method == "POST" and _view_checks_its_own(request, "checks_its_own_form_fields"):
             return request_input_problem(request, form_integers=False)
+        if request.method == "GET" and _view_checks_its_own(request, "checks_its_own_query_fields"):
+            return request_input_problem(request, query_integers=False)
         return problem
 
     async def __acall__(self, request):

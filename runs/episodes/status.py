@@ -14,7 +14,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 from studio.celery import task_send, worker_slots
 
 from .. import events
-from ..models import Rollout, RolloutStatus, Run, RunStatus, RunTally
+from ..models import Rollout, RolloutStatus, Run, RunPurpose, RunStatus, RunTally
 from ..quality.hooks import audit_run_ended, run_transcripts_due
 
 logger = logging.getLogger(__name__)
@@ -64,14 +64,19 @@ _RUN_STARTED_SQL = f"""
     UPDATE {Run._meta.db_table} SET status = %s WHERE id = %s AND status = %s RETURNING id
 """
 # A run ends when its tally (kept by a trigger as rollouts change, runs/sql/run_tally.sql) counts nothing
-# queued or running. No lock: this runs after the rollout's own write committed, so of two rollouts
-# ending together the later check sees both ended.
+# queued or running. This runs after the rollout's own write committed, so of two rollouts ending together
+# the later check sees both ended. A session run also gains episodes while it runs: one joins under the
+# run's row lock (runs.episodes.interactive.session_run_for), so the check first takes that lock
+# (_SESSION_RUN_LOCK_SQL) and then reads the tally in a statement of its own, whose snapshot includes an
+# episode that joined meanwhile. (One statement could not: an UPDATE that waited for the joiner's row
+# re-checks that row alone, and would still count the tally as it was before the joiner committed.)
 _RUN_FINISHED_SQL = f"""
     UPDATE {Run._meta.db_table} SET status = %s, finished_at = now()
     WHERE id = %s AND status IN (%s, %s)
         AND NOT EXISTS (SELECT 1 FROM {RunTally._meta.db_table} WHERE run_id = %s AND (n_queued > 0 OR n_running > 0))
     RETURNING id
 """
+_SESSION_RUN_LOCK_SQL = f"SELECT id FROM {Run._meta.db_table} WHERE id = %s AND purpose = %s FOR UPDATE"
 _TEAM_UNPARK_SQL = "SELECT runs_team_unpark(%s, %s, %s)"
 _ROLLOUT_ENDED_SQL = f"""
     WITH finished AS ({_RUN_FINISHED_SQL})
@@ -114,12 +119,16 @@ def teams_unpark_all() -> list[int]:
 
 def run_finish_if_done(*, run_id: int, team_id: int) -> None:
     """A rollout of the run ended: the run is finished once none is queued or running, and the team's
-    parked rollouts that now fit under its cap are enqueued (one statement for both)."""
-    with connection.cursor() as cursor:
+    parked rollouts that now fit under its cap are enqueued (one statement for both, after a session
+    run's row lock: see _RUN_FINISHED_SQL)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Locks only a session run's row (no other run gains rollouts while it runs): a joining episode's
+        # transaction is waited for, and one that comes later waits for this one and reopens the run.
+        cursor.execute(_SESSION_RUN_LOCK_SQL, [run_id, RunPurpose.SESSION])
         cursor.execute(_ROLLOUT_ENDED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id,
                                             team_id, team_running_cap(), TEAM_CAP_LOCK])
         finished, unparked = cursor.fetchone()
-    rollouts_send_on_commit(unparked)
+        rollouts_send_on_commit(unparked)
     if finished:
         run_ended(run=Run.objects.get(pk=run_id))
 

@@ -172,7 +172,9 @@ class Migration(migrations.Migration):
         migrations.RunSQL(migrations.RunSQL.noop, recount_sql(disagreements="0")),
         rules_load(
             "runs/sql/label_layers.sql", "runs/sql/agreement_tally.sql", "runs/sql/blind_tally.sql",
-            "runs/sql/review_state.sql",
+            # The review state rule as 0026 left it: today's reads columns 0026 and 0029 add, and this
+            # migration recounts through it.
+            "runs/sql/at_0026/review_state.sql",
             reverse_sql="\n".join([
                 rules_load("runs/sql/at_0023/agreement_tally.sql", "runs/sql/at_0023/blind_tally.sql",
                            "runs/sql/at_0023/review_state.sql").sql,

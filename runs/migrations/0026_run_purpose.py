@@ -63,5 +63,5 @@ class Migration(migrations.Migration):
         migrations.RunSQL(CLASSIFY_SQL, migrations.RunSQL.noop),
         # Reversed, the rule as of 0024 first, then the probe rollouts recounted by it (reopened).
         migrations.RunSQL(CLOSE_PROBE_STATES_SQL, RECOUNT_PROBE_STATES_SQL),
-        rules_load("runs/sql/review_state.sql", reverse_sql=rules_load("runs/sql/at_0024/review_state.sql").sql),
+        rules_load("runs/sql/at_0026/review_state.sql", reverse_sql=rules_load("runs/sql/at_0024/review_state.sql").sql),
     ]

@@ -1,16 +1,19 @@
 """Pages of the quality lab: the version's quality card (an htmx part), an audit's report, version A/B."""
 from django.contrib import messages
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from environments import selectors as env_selectors
+from environments.views import version_page
 from studio.access import team_view
 from studio.errors import DomainError
-
-from ..seeds import parse_seeds
+from studio.middleware import checks_its_own_form_fields, checks_its_own_query_fields
 
 from . import gate, selectors, services
+from .forms import AuditForm, ReverifyForm
 
 
 def _version(request, slug, number):
@@ -22,13 +25,19 @@ def _version(request, slug, number):
 @team_view("read")
 def version_card(request, slug, number):
     env, version = _version(request, slug, number)
+    return render(request, "quality/_card.html", _card_context(env=env, version=version))
+
+
+def _card_context(*, env, version, audit_form=None, reverify_form=None) -> dict:
     audit = selectors.latest_audit(version=version)
     refusal = services.reverification_refusal(version=version)
-    return render(request, "quality/_card.html", {
+    return {
         "env": env, "version": version, "reverification": selectors.latest_reverification(version=version),
         "can_reverify": not refusal, "reverify_refusal": refusal, **selectors.audit_card(audit),
         "gate": gate.gate_state(version=version),
-    })
+        "audit_form": audit_form or AuditForm(),
+        "reverify_form": reverify_form or ReverifyForm(env=env, version=version, initial={"source": version.number}),
+    }
 
 
 @require_POST
@@ -44,35 +53,46 @@ def gate_override(request, slug, number):
     return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
 
 
-def _reverify_source(request, env, version, params):
-    """The source version a re-verification form names (default: this one); a message and None when bad."""
-    try:
-        source_number = int(params.get("source") or version.number)
-    except ValueError:
-        messages.error(request, "Source: give a version number of this environment.")
-        return None
-    try:
-        return env_selectors.version_get(environment=env, number=source_number)
-    except Http404:
-        messages.error(request, f"Source: {env.slug} has no version {source_number}.")
-        return None
+def _card_refused(request, *, env, version, audit_form=None, reverify_form=None):
+    """The card again with the refusal beside its field and what was typed kept (400): the card alone for
+    htmx (it swaps itself), else the version page with the card in place."""
+    context = _card_context(env=env, version=version, audit_form=audit_form, reverify_form=reverify_form)
+    if request.htmx:
+        return render(request, "quality/_card.html", context, status=400)
+    card = render_to_string("quality/_card.html", context, request=request)
+    return version_page(request, env=env, version=version, quality_card=card, status=400)
+
+
+def _refused(form, exc: DomainError, field: str) -> None:
+    """A service's refusal beside `field` when it names it or the version (the one field of the form)."""
+    form.add_error(field if exc.field in (field, "version") else None, exc.message)
+
+
+def _to_version_page(request, env, version):
+    url = reverse("environments:version", kwargs={"team": request.team.slug, "slug": env.slug, "number": version.number})
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
 
 
 @require_safe
 @team_view("review")
+@checks_its_own_query_fields
 def reverify_confirm(request, slug, number):
     """Before anything is queued: what re-verifying `source`'s rollouts with this version's verifier would
     change, and the button that queues it."""
     env, version = _version(request, slug, number)
-    source = _reverify_source(request, env, version, request.GET)
-    back = redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
-    if source is None:
-        return back
+    form = ReverifyForm(request.GET, env=env, version=version)
+    if not form.is_valid():
+        return _card_refused(request, env=env, version=version, reverify_form=form)
+    source = form.cleaned_data["source"]
     try:
         services.reverification_check(version=version, source=source)
     except DomainError as exc:
-        messages.error(request, exc.message)
-        return back
+        _refused(form, exc, "source")
+        return _card_refused(request, env=env, version=version, reverify_form=form)
     return render(request, "quality/reverify_confirm.html", {
         "env": env, "version": version, "source": source,
         "preview": selectors.reverification_preview(version=version, source=source),
@@ -81,19 +101,21 @@ def reverify_confirm(request, slug, number):
 
 @require_POST
 @team_view("review")
+@checks_its_own_form_fields
 def reverify_start(request, slug, number):
     """Queue a re-verification of a version's stored rollouts (`source`, a version number of the same
     environment; default this one) by this version's verifier; its progress shows on the card."""
     env, version = _version(request, slug, number)
-    source = _reverify_source(request, env, version, request.POST)
-    if source is not None:
-        try:
-            job = services.reverification_start(version=version, source=source, actor=request.user)
-        except DomainError as exc:
-            messages.error(request, exc.message)
-        else:
-            messages.success(request, f"Re-verification {job.pk} of {job.source.label} by {version.label}'s verifier queued.")
-    return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+    form = ReverifyForm(request.POST, env=env, version=version)
+    if not form.is_valid():
+        return _card_refused(request, env=env, version=version, reverify_form=form)
+    try:
+        job = services.reverification_start(version=version, source=form.cleaned_data["source"], actor=request.user)
+    except DomainError as exc:
+        _refused(form, exc, "source")
+        return _card_refused(request, env=env, version=version, reverify_form=form)
+    messages.success(request, f"Re-verification {job.pk} of {job.source.label} by {version.label}'s verifier queued.")
+    return _to_version_page(request, env, version)
 
 
 @require_safe
@@ -106,18 +128,19 @@ def reverification_part(request, reverification_id):
 
 @require_POST
 @team_view("run")
+@checks_its_own_form_fields
 def audit_start(request, slug, number):
     env, version = _version(request, slug, number)
+    form = AuditForm(request.POST)
+    if not form.is_valid():
+        return _card_refused(request, env=env, version=version, audit_form=form)
     try:
-        seeds = parse_seeds(request.POST.get("seeds") or "0-4")
-        audit = services.audit_start(version=version, actor=request.user, seeds=seeds)
-    except ValueError as exc:
-        messages.error(request, f"Seeds: {exc}")
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"Audit {audit.pk} of {version.label} queued: the card fills in when its runs end.")
-    return redirect("environments:version", team=request.team.slug, slug=env.slug, number=version.number)
+        audit = services.audit_start(version=version, actor=request.user, seeds=form.cleaned_data["seeds"])
+    except DomainError as exc:  # no tasks, or an audit already running: about the version, not the seeds
+        form.add_error("seeds" if exc.field == "seeds" else None, exc.message)
+        return _card_refused(request, env=env, version=version, audit_form=form)
+    messages.success(request, f"Audit {audit.pk} of {version.label} queued: the card fills in when its runs end.")
+    return _to_version_page(request, env, version)
 
 
 @require_POST

@@ -4,11 +4,13 @@ from typing import Literal
 
 from ninja import Field, Schema
 
+from .services import MAX_RATIONALE_LENGTH
+
 
 class LabelIn(Schema):
     decision: Literal["approved", "rejected", "overridden"]
     value: float | None = None
-    rationale: str = Field("", max_length=10_000)
+    rationale: str = Field("", max_length=MAX_RATIONALE_LENGTH)
     step_index: int | None = Field(None, ge=0, description="label one step instead of the whole rollout")
 
 

@@ -54,7 +54,8 @@ def _filtered(queryset, filters: QueueFilters, *, rollout: str):
     if filters.run_id is not None:
         queryset = queryset.filter(**{f"{rollout}run_id": filters.run_id})
     elif filters.purpose:
-        queryset = queryset.filter(**{f"{rollout}run__purpose": filters.purpose})
+        # Review states carry their run's purpose (review_state_open_purpose indexes the open ones by it).
+        queryset = queryset.filter(**{"purpose" if rollout else "run__purpose": filters.purpose})
     if filters.agent_id is not None:
         queryset = queryset.filter(**{f"{rollout}run__agent_id": filters.agent_id})
     if filters.environment:

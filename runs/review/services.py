@@ -11,6 +11,7 @@ HUMAN_DECISIONS = (LabelDecision.APPROVED, LabelDecision.REJECTED, LabelDecision
 MAX_TAGS = 20
 MAX_TAG_LENGTH = 40
 MAX_TEXT_LENGTH = 20_000
+MAX_RATIONALE_LENGTH = 10_000
 
 
 class InvalidDecision(DomainError):
@@ -56,6 +57,8 @@ def label_decide(*, rollout: Rollout, actor, decision: str, value: float | None 
             raise InvalidDecision("An override needs the new value.", field="value")
         if not rationale:
             raise InvalidDecision("An override needs a rationale: why the proposed value is wrong.", field="rationale")
+    if len(rationale) > MAX_RATIONALE_LENGTH:
+        raise InvalidDecision(f"A rationale is at most {MAX_RATIONALE_LENGTH:,} characters.", field="rationale")
     if value is not None and (value != value or value in (float("inf"), float("-inf"))):
         raise InvalidDecision("value must be a finite number.", field="value")
     if step is not None and step.rollout_id != rollout.pk:

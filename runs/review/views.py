@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from environments.selectors import environments_for_team
 from studio.access import team_view
 from studio.errors import DomainError
+from studio.middleware import checks_its_own_form_fields
 
 from .. import labels as layers
 from .. import selectors as run_selectors
@@ -18,6 +19,7 @@ from . import selectors, services
 from .export import ExportFilter, InvalidExport, export_count
 from .export_chat import ARGUMENT_MODES
 from .export_http import export_refusal, export_response
+from .forms import DecisionForm
 
 QUICK_TAGS = ["reward-hack", "env-bug", "ambiguous-task", "agent-error", "good-example"]
 FILTER_KEYS = ("environment", "version", "run", "agent", "min_reward", "max_reward", "outcome", "disagreement", "purpose")
@@ -132,13 +134,14 @@ def item(request, rollout_id):
     return _item_page(request, rollout_id)
 
 
-def _item_page(request, rollout_id):
+def _item_page(request, rollout_id, *, form=None, status=200):
     rollout = run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     _, active, _ = _filters(request.GET)
     open_for_me = selectors.review_open_for(rollout, request.user)
     labels = selectors.visible_labels(rollout, request.user)
     rollout_level = [label for label in labels if label.step_id is None]
     own = rollout.run.environment_version_id
+    form = form or DecisionForm()
     return render(request, "review/item.html", {
         "rollout": rollout, "labels": labels, "open_for_me": open_for_me,
         "proposal": layers.proposal_of(rollout_level, own_version_id=own),
@@ -146,28 +149,34 @@ def _item_page(request, rollout_id):
         "disagreement": layers.in_disagreement(rollout_level, own_version_id=own),
         "can_review": request.membership.can_review, "can_annotate": request.membership.can_review or request.membership.can_author,
         "annotations": selectors.annotations_for(rollout=rollout), "quick_tags": QUICK_TAGS,
-        "qs": _qs(active), "active": active,
+        "qs": _qs(active), "active": active, "form": form,
+        # The override fields stay open when the refusal is about them, with what was typed in them.
+        "override_open": form.is_bound and (form.data.get("decision") == "overridden" or "value" in form.errors
+                                            or "rationale" in form.errors),
         "left": _capped_count(team=request.team, reviewer=request.user, filters=_filters(request.GET)[0]),
-    })
+    }, status=status)
 
 
 @require_POST
 @team_view("review")
+@checks_its_own_form_fields
 def decide(request, rollout_id):
     rollout = run_selectors.rollout_get(team=request.team, rollout_id=rollout_id)
     _, active, _ = _filters(request.GET)
-    value = request.POST.get("value", "").strip()
-    try:
-        parsed = float(value) if value else None
-    except ValueError:
-        return _decision_error(request, rollout, f"The new value must be a number, got {value!r}.")
+    data = request.POST.copy()
+    # The keyboard's choice (the hidden field, first) over a button's own value (the form without scripts).
+    data["decision"] = next((d for d in request.POST.getlist("decision") if d), "")
+    form = DecisionForm(data)
+    if not form.is_valid():
+        return _decision_refused(request, rollout, form)
     try:
         label = services.label_decide(
-            rollout=rollout, actor=request.user, decision=request.POST.get("decision", ""), value=parsed,
-            rationale=request.POST.get("rationale", ""),
+            rollout=rollout, actor=request.user, decision=form.cleaned_data["decision"], value=form.cleaned_data["value"],
+            rationale=form.cleaned_data["rationale"],
         )
     except DomainError as exc:
-        return _decision_error(request, rollout, exc.message)
+        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+        return _decision_refused(request, rollout, form)
     messages.success(request, f"Rollout #{rollout.pk}: {label.decision}" + (f" ({label.value})" if label.value is not None else "") + ".")
     url = reverse("review:next", kwargs={"team": request.team.slug}) + "?" + urlencode({**active, "after": rollout.pk})
     if request.htmx:
@@ -185,11 +194,13 @@ def decide(request, rollout_id):
     return redirect(url)
 
 
-def _decision_error(request, rollout, message):
+def _decision_refused(request, rollout, form):
+    """The review screen again with the refusal beside its field and what was typed kept (400); an htmx
+    post swaps only the decision panel, so the replay stays where the reviewer left it."""
+    response = _item_page(request, rollout.pk, form=form, status=400)
     if request.htmx:
-        return render(request, "review/_decision_error.html", {"message": message}, status=400)
-    messages.error(request, message)
-    return redirect("review:item", team=request.team.slug, rollout_id=rollout.pk)
+        response["HX-Retarget"], response["HX-Reswap"], response["HX-Reselect"] = "#decision", "outerHTML", "#decision"
+    return response
 
 
 @require_POST

@@ -1,5 +1,6 @@
 """Remote sessions: a training loop drives an episode over the API, recorded as a rollout of the
 remote agent it names (`agent=`), else the team's `remote` agent. A thin front end of the interactive episode service (runs/episodes)."""
+from ..action_names import named_space
 from ..curriculum.services import task_for_episode
 from ..episodes import interactive
 from ..models import AgentKind, Rollout
@@ -25,7 +26,10 @@ def session_start(*, team, actor, version, task_id: str | None, seed: int, crede
         agent_name=agent_name, agent_kind=AgentKind.REMOTE, credential=credential, run_name=run_name,
     )
     spaces_remember(version=version, opened=opened)
-    return {"session_id": opened["episode_id"], "task_id": task_id, **opened}
+    # The actions' names as play and replay call them ([actions] names over the space's own) in the space's
+    # `names`, the one key a client's space reading leaves free (studio_client reads type, n and start).
+    action_space = named_space(manifest=version.manifest, action_space=opened.get("action_space"))
+    return {"session_id": opened["episode_id"], "task_id": task_id, **opened, "action_space": action_space}
 
 
 def session_step(*, team, session_id: str, action) -> dict:

@@ -1,7 +1,8 @@
 -- ReviewState: per rollout with rollout-level labels, the proposal (the newest label of the run's own
 -- verifier, runs_proposal_of in label_layers.sql), who decided, whether it still waits for reviews (a proposal
 -- and fewer deciders than its run's reviews_required) and whether a newer verifier disagrees with the
--- human decision (runs_disagreement_of). An audit's probe and determinism rollouts never wait for reviews (their
+-- human decision (runs_disagreement_of), and the run's purpose (the queue's purpose filter reads it through
+-- the review_state_open_purpose index, with no join to runs). An audit's probe and determinism rollouts never wait for reviews (their
 -- rewards measure the verifier, not the environment's agents): their state is never open.
 -- A rollout that opens joins the holes of the review cursors past it, under the shared advisory lock
 -- 32418 (0x7EA2, runs.review.selectors.CURSOR_LOCK), so no cursor moves past an opening it could not see.
@@ -10,11 +11,11 @@
 
 CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
     INSERT INTO runs_reviewstate AS s (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open,
-        disagreement)
+        disagreement, purpose)
     SELECT r.id, r.team_id, p.value, p.id IS NOT NULL, d.n, d.ids,
         p.id IS NOT NULL AND d.n < greatest(u.reviews_required, 1)
             AND NOT EXISTS (SELECT 1 FROM runs_auditrun a WHERE a.run_id = u.id AND a.role IN ('probe', 'determinism')),
-        runs_disagreement_of(r.id)
+        runs_disagreement_of(r.id), u.purpose
     FROM runs_rollout r JOIN runs_run u ON u.id = r.run_id
     LEFT JOIN LATERAL runs_proposal_of(r.id) p ON true
     CROSS JOIN LATERAL (
@@ -26,7 +27,7 @@ CREATE OR REPLACE FUNCTION runs_review_state_of(rid bigint) RETURNS void AS $$
     WHERE r.id = rid
     ON CONFLICT (rollout_id) DO UPDATE SET proposed_reward = EXCLUDED.proposed_reward,
         has_proposal = EXCLUDED.has_proposal, deciders = EXCLUDED.deciders, decider_ids = EXCLUDED.decider_ids,
-        open = EXCLUDED.open, disagreement = EXCLUDED.disagreement
+        open = EXCLUDED.open, disagreement = EXCLUDED.disagreement, purpose = EXCLUDED.purpose
 $$ LANGUAGE sql VOLATILE;
 
 CREATE OR REPLACE FUNCTION runs_review_state_label() RETURNS trigger AS $$
@@ -35,8 +36,9 @@ DECLARE
     now_open boolean;
 BEGIN
     -- Two labels of one rollout at once: the row lock makes the second recount after the first.
-    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open, disagreement)
-    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, '{}', false, false) ON CONFLICT (rollout_id) DO NOTHING;
+    INSERT INTO runs_reviewstate (rollout_id, team_id, proposed_reward, has_proposal, deciders, decider_ids, open, disagreement,
+        purpose)
+    VALUES (NEW.rollout_id, NEW.team_id, NULL, false, 0, '{}', false, false, 'evaluation') ON CONFLICT (rollout_id) DO NOTHING;
     SELECT open INTO was_open FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id FOR UPDATE;
     PERFORM runs_review_state_of(NEW.rollout_id);
     SELECT open INTO now_open FROM runs_reviewstate WHERE rollout_id = NEW.rollout_id;

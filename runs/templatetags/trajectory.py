@@ -3,7 +3,7 @@ import json
 
 from django import template
 
-from runs.action_names import action_names
+from runs.action_names import action_label, rollout_action_names
 
 register = template.Library()
 
@@ -63,9 +63,11 @@ def reproduction_sections(record: dict):
 
 @register.filter
 def action_names_json(rollout) -> str:
-    """The names of the rollout's discrete actions as JSON ({"2": "UP", ...}; "{}" when unnamed): the
-    ones its episode recorded at start, else its version's [actions] names (an episode still going)."""
-    names = (rollout.reproduction or {}).get("action_names")
-    if not names:
-        names = action_names(manifest=rollout.run.environment_version.manifest, action_space=None)
-    return json.dumps(names or {})
+    """The names of the rollout's discrete actions as JSON ({"2": "UP", ...}; "{}" when unnamed)."""
+    return json.dumps(rollout_action_names(rollout))
+
+
+@register.filter
+def action_text(action, names) -> str:
+    """A step's action as the replay shows it: "UP (2)" when the action has a name, else its JSON."""
+    return action_label(action, names or {}) or as_json(action)

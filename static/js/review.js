@@ -26,7 +26,8 @@ function start(panel) {
     if (!form) return;
     decision.value = kind;
     // The server checks the decision (an override needs a value and a rationale, an approval a reward)
-    // and answers a refusal with its reason, shown in #decision-error: one definition of the rules.
+    // and answers a refusal with the decision panel again, the reason beside its field and the typed
+    // text kept (the new panel mounts again): one definition of the rules.
     form.requestSubmit ? form.requestSubmit() : htmx.trigger(form, "submit");
   }
   function toggleOverride(show) {
@@ -40,6 +41,8 @@ function start(panel) {
       submit(b.dataset.decision);
     }));
     document.getElementById("override-toggle").addEventListener("click", () => toggleOverride());
+    const refused = form.querySelector("[aria-invalid=true]");  // a refusal came back: its field, to correct
+    if (refused) refused.focus();
   }
   const noteForm = document.getElementById("annotation-form");
   if (noteForm) noteForm.addEventListener("htmx:afterRequest", (e) => {

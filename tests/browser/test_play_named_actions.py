@@ -102,6 +102,8 @@ def test_a_pong_game_quit_after_three_moves_is_not_a_success(playing, team):
     buttons = page.locator("button[data-action]").all_inner_texts()
     assert buttons[:4] == ["NOOP 0 .", "FIRE 1 Space", "UP 2 ↑", "DOWN 3 ↓"], buttons
     assert "↑ UP" in page.locator("#play-keys-help").inner_text()
+    # The space line calls them as the buttons do (ALE's RIGHT and LEFT are renamed UP and DOWN).
+    assert '"UP", "DOWN"' in page.locator("#play-action").inner_text()
     # The frame is scaled up from its 160 pixels.
     assert page.evaluate("document.querySelector('#play-obs-images img').getBoundingClientRect().width") == 480
     page.screenshot(path="/tmp/pong_shaped_play.png", full_page=True)
@@ -140,6 +142,11 @@ def test_winning_the_point_is_a_success_and_the_replay_names_each_action(playing
     page.wait_for_function("() => document.getElementById('replay-position').textContent === 'step 3 / 3'")
     page.wait_for_function("() => document.getElementById('replay-action').textContent === 'NOOP (0)'")
     page.screenshot(path="/tmp/pong_shaped_replay.png", full_page=True)
+    # The step table says the same: each action by its name, the number beside it.
+    page.click("summary:has-text('All steps as a table')")
+    cells = page.locator("#steps table.steps tbody tr td:nth-child(2)").all_inner_texts()
+    assert cells == ["UP (2)", "NOOP (0)", "NOOP (0)", "NOOP (0)"], cells
+    page.locator("#steps").screenshot(path="/tmp/wt-review-shots/rollout-steps-named.png")
 
 
 def test_atari_pong_quit_after_three_moves_is_not_a_success(deps, own_episode_host, page, live_server, settings, team,

@@ -30,6 +30,7 @@ def test_refused_decisions_say_why_on_the_review_screen(page, live_server, owner
     page.keyboard.press("o")
     page.keyboard.type("0.5")
     page.click("[data-decision=overridden]")
-    page.wait_for_selector("#decision-error .flash.error")
-    assert "needs a rationale" in page.locator("#decision-error").inner_text()
+    page.wait_for_selector("#rationale-error")  # beside the rationale, the value still typed
+    assert "needs a rationale" in page.locator("#rationale-error").inner_text()
+    assert page.input_value("#override-value") == "0.5"
     assert not RewardLabel.objects.filter(source="human").exists()

@@ -18,11 +18,12 @@ class Env(Environment):
 """
 
 
-def bulk_run(team, actor, version, *, rewards, steps=2, reviews_required=1, agent_name="random", tool_calls=False):
+def bulk_run(team, actor, version, *, rewards, steps=2, reviews_required=1, agent_name="random", tool_calls=False,
+             purpose="evaluation"):
     """A finished run with one rollout per reward (the verifier's proposal), each with `steps` steps."""
     agent = agent_get_or_create(team=team, actor=actor, name=agent_name, kind="random")
     run = Run.objects.create(team=team, environment_version=version, agent=agent, task_ids=["t1"], seeds=[0],
-                             reviews_required=reviews_required, status="finished", created_by=actor)
+                             reviews_required=reviews_required, status="finished", created_by=actor, purpose=purpose)
     rollouts = Rollout.objects.bulk_create(
         Rollout(team=team, run=run, task_id="t1", seed=i, step_count=steps, verifier_reward=reward,
                 verifier_reason=f"reward {reward}", total_reward=reward, initial_observation={"question": f"q{i}"},
