@@ -358,6 +358,23 @@ def points_packed(points: list[dict]) -> dict:
     return {"n": points[0]["n"] if points else 1, **{name: [p[name] for p in points] for name in POINT_FIELDS}}
 
 
+TASKS_CHARTED = 40
+
+
+def run_analytics(summary: dict, histogram: dict) -> dict:
+    """What the run page's three small charts draw, from the run's figures and return histogram: the
+    histogram, success by difficulty, and success by task for the first TASKS_CHARTED tasks by id (with
+    how many tasks there are), each group as {success_rate, succeeded, done}. Its size depends on the
+    bins and difficulties, never on the rollouts or tasks; the page embeds it and every live summary
+    carries it, so a watched page draws what a reload draws."""
+    def slim(groups: dict) -> dict:
+        return {key: {name: group[name] for name in ("success_rate", "succeeded", "done")} for key, group in groups.items()}
+
+    charted = dict(list(summary["by_task"].items())[:TASKS_CHARTED])
+    return {"histogram": histogram, "by_task": slim(charted), "tasks": len(summary["by_task"]),
+            "by_difficulty": slim(summary["by_difficulty"])}
+
+
 # Live pages swap these in by id: the same templates a reload renders, so a live page equals a reload.
 SUMMARY_PARTIALS = {"summary-stats": "runs/_summary.html", "by-difficulty": "runs/_by_difficulty.html"}
 
@@ -368,4 +385,6 @@ def run_summary_message(run: Run) -> dict:
 
     summary = run_figures(run)
     html = {element: render_to_string(template, {"summary": summary}) for element, template in SUMMARY_PARTIALS.items()}
-    return {"type": "run", "summary": summary, "html": html, "histogram": return_histogram(run)}
+    histogram = return_histogram(run)
+    return {"type": "run", "summary": summary, "html": html, "histogram": histogram,
+            "analytics": run_analytics(summary, histogram)}

@@ -25,6 +25,11 @@ from .forms import AgentForm, RunForm
 from .models import RolloutStatus, RunPurpose, RunStatus
 
 STEPS_PER_PAGE = 50
+# The run page's rollouts table: one page of rows (previous / next to the others), so the page costs
+# the same at 20 rollouts as at 100,000 (docs/performance.md).
+ROLLOUTS_PER_PAGE = 50
+# Past this many tasks the table's task filter is a text field, not a list of every task.
+TASKS_LISTED = 100
 
 
 class CountedPaginator(Paginator):
@@ -101,13 +106,13 @@ def run_detail(request, run_id):
     summary = figures.run_figures(run)
     table = {key: request.GET.get(key, "") for key in ("status", "task", "order")}
     rollouts = CountedPaginator(
-        figures.run_rollouts(run, status=table["status"], task_id=table["task"], order=table["order"] or "id"), 200,
+        figures.run_rollouts(run, status=table["status"], task_id=table["task"], order=table["order"] or "id"), ROLLOUTS_PER_PAGE,
         count=figures.run_rollouts_count(summary, status=table["status"], task_id=table["task"]),
     ).get_page(request.GET.get("page"))
-    analytics = {"histogram": figures.return_histogram(run), "by_task": summary["by_task"], "by_difficulty": summary["by_difficulty"]}
+    analytics = figures.run_analytics(summary, figures.return_histogram(run))
     context = {
         "run": run, "summary": summary, "rollouts": rollouts, "points": figures.points_packed(figures.run_points(run, returned=summary["return"]["count"])), "points_shown": figures.POINTS_SHOWN, "analytics": analytics,
-        "table": table, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
+        "table": table, "tasks_listed": len(summary["by_task"]) <= TASKS_LISTED, "statuses": RolloutStatus.values, "orders": list(figures.ROLLOUT_ORDERS),
         "table_query": urlencode({key: value for key, value in table.items() if value}),
         "agreement": review_selectors.agreement(run=run, viewer=request.user),
         "export_url": reverse("review:export_run", kwargs={"team": request.team.slug, "run_id": run.pk}),

@@ -105,7 +105,8 @@
   }
 
   function applySummary(m) {
-    analytics = { histogram: m.histogram || analytics.histogram, by_task: m.summary.by_task, by_difficulty: m.summary.by_difficulty };
+    // The same bounded chart data the page embeds (runs/figures.py run_analytics).
+    analytics = m.analytics || analytics;
     drawAnalytics();
     window.studioSwapFrom(window.studioParse(Object.values(m.html || {}).join("")), Object.keys(m.html || {}));
     setRunStatus(m.summary.status, m.summary.pending);

@@ -168,3 +168,75 @@ def test_keyset_pages_of_runs_and_the_review_queue_list_every_item_once(team, ow
     queue = walk("/api/v1/review/queue?limit=3", "id", "after")
     everything = api.client.get("/api/v1/review/queue?limit=500", headers=api.headers).json()
     assert queue == [item["id"] for item in everything["items"]] and len(queue) == everything["count"] > 3
+
+
+def run_of(team, owner, version, agent, n, *, tasks=3):
+    """A run of n done rollouts over `tasks` tasks (t0, t1, ...)."""
+    run = services.run_create(team=team, actor=owner, version=version, agent=agent, seeds=[0], enqueue=False)
+    run.rollouts.all().delete()
+    Rollout.objects.bulk_create(
+        Rollout(team=team, run=run, task_id=f"t{i % tasks}", seed=i, step_count=1 + i % 4, total_reward=float(i % 5),
+                status=RolloutStatus.SUCCEEDED if i % 2 else RolloutStatus.FAILED, verifier_reward=float(i % 2))
+        for i in range(n))
+    return run
+
+
+def row_ids(html: str) -> list[int]:
+    tbody = html[html.index('<tbody id="rollout-rows">'):]
+    return [int(i) for i in re.findall(r'<tr id="rollout-(\d+)"', tbody[:tbody.index("</tbody>")])]
+
+
+def embedded(html: str, element: str):
+    return json.loads(re.search(rf'<script id="{element}" type="application/json">(.*?)</script>', html, re.S).group(1))
+
+
+def test_the_run_page_shows_one_page_of_rollouts_whatever_the_run_holds(team, owner):
+    from runs.views import ROLLOUTS_PER_PAGE
+
+    version = package_version(team, owner, "paged", ENV_PY, tasks=[{"id": f"t{i}", "difficulty": i + 1} for i in range(3)])
+    agent, page = random_agent(team, owner), login(owner)
+    url = f"/t/{team.slug}/runs/{{}}/"
+    queries(page, url.format(run_of(team, owner, version, agent, 3).pk))  # warms what a first request caches
+    small, large = run_of(team, owner, version, agent, 20), run_of(team, owner, version, agent, 400)
+    small_n, small_page = queries(page, url.format(small.pk))
+    large_n, large_page = queries(page, url.format(large.pk))
+    assert small_n == large_n  # a user waits as long for the page of 400 rollouts as for the page of 20
+    ids = list(large.rollouts.order_by("id").values_list("id", flat=True))
+    assert len(row_ids(small_page.content.decode())) == 20
+    html = large_page.content.decode()
+    assert row_ids(html) == ids[:ROLLOUTS_PER_PAGE] and ROLLOUTS_PER_PAGE <= 50
+    assert f"Rollouts 1–{ROLLOUTS_PER_PAGE} of 400" in html and 'rel="next"' in html
+    last = 400 // ROLLOUTS_PER_PAGE
+    last_html = page.get(f"{url.format(large.pk)}?page={last}").content.decode()
+    assert row_ids(last_html) == ids[-ROLLOUTS_PER_PAGE:] and 'rel="next"' not in last_html
+    # Every rollout is on exactly one page, and a filtered table pages the same way.
+    seen = [i for n in range(1, last + 1) for i in row_ids(page.get(f"{url.format(large.pk)}?page={n}").content.decode())]
+    assert seen == ids
+    failed = page.get(f"{url.format(large.pk)}?status=failed&order=-return").content.decode()
+    assert f"of 200 · page 1 of {200 // ROLLOUTS_PER_PAGE}" in failed and "status=failed" in failed
+    # The charts' data has the same shape at 20 rollouts as at 400: only the numbers in it differ.
+    def shape(value):
+        if isinstance(value, dict):
+            return {key: shape(v) for key, v in value.items()}
+        return [shape(v) for v in value] if isinstance(value, list) else type(value).__name__
+
+    assert shape(embedded(html, "run-analytics")) == shape(embedded(small_page.content.decode(), "run-analytics"))
+
+
+def test_a_run_of_many_tasks_charts_a_bounded_few_and_filters_by_a_typed_task(team, owner):
+    from runs.figures import TASKS_CHARTED, run_figures, run_summary_message
+
+    version = package_version(team, owner, "wide", ENV_PY, tasks=[{"id": f"t{i}"} for i in range(150)])
+    agent, page = random_agent(team, owner), login(owner)
+    run = run_of(team, owner, version, agent, 300, tasks=150)
+    html = page.get(f"/t/{team.slug}/runs/{run.pk}/").content.decode()
+    analytics = embedded(html, "run-analytics")
+    assert analytics["tasks"] == 150 and list(analytics["by_task"]) == sorted(run_figures(run)["by_task"])[:TASKS_CHARTED]
+    assert analytics["by_task"]["t0"] == {"success_rate": 0.0, "succeeded": 0, "done": 2}  # seeds 0 and 150: both even
+    assert f"the first {TASKS_CHARTED} of 150 tasks by id" in html
+    assert '<select name="task">' not in html and '<input name="task"' in html
+    # What a live viewer is sent draws the same charts as the page embeds.
+    assert run_summary_message(run)["analytics"] == analytics
+    typed = page.get(f"/t/{team.slug}/runs/{run.pk}/?task=t7").content.decode()
+    assert sorted(row_ids(typed)) == sorted(run.rollouts.filter(task_id="t7").values_list("id", flat=True))
+    assert 'value="t7"' in typed
