@@ -78,14 +78,14 @@ def test_the_evaluation_queue_reads_a_page_not_the_sessions_before_it(team, owne
 
 
 @pytest.mark.django_db(transaction=True)
-def test_0029_fills_the_purpose_of_existing_states_from_their_runs(team, owner, make_run):
+def test_0031_fills_the_purpose_of_existing_states_from_their_runs(team, owner, make_run):
     session = make_run(rewards=[1.0, 0.0], steps=0, purpose="session")
     evaluation = make_run(rewards=[1.0], steps=0)
     try:
-        MigrationExecutor(connection).migrate([("runs", "0028_task_stat_recent")])
-        MigrationExecutor(connection).migrate([("runs", "0029_review_state_purpose")])
+        MigrationExecutor(connection).migrate([("runs", "0030_transcript_scan")])
+        MigrationExecutor(connection).migrate([("runs", "0031_review_state_purpose")])
         purposes = dict(ReviewState.objects.values_list("rollout__run_id", "purpose").distinct())
         assert purposes == {session.pk: "session", evaluation.pk: "evaluation"}
     finally:
         MigrationExecutor(connection).loader.build_graph()
-        MigrationExecutor(connection).migrate([("runs", "0029_review_state_purpose")])
+        MigrationExecutor(connection).migrate([("runs", "0031_review_state_purpose")])
