@@ -117,14 +117,16 @@ def teams_unpark_all() -> list[int]:
     return [rollout_id for team_id in sorted(teams) for rollout_id in team_slots_freed(team_id=team_id)]
 
 
-def run_finish_if_done(*, run_id: int, team_id: int) -> None:
+def run_finish_if_done(*, run_id: int, team_id: int, session: bool = True) -> None:
     """A rollout of the run ended: the run is finished once none is queued or running, and the team's
     parked rollouts that now fit under its cap are enqueued (one statement for both, after a session
     run's row lock: see _RUN_FINISHED_SQL)."""
     with transaction.atomic(), connection.cursor() as cursor:
         # Locks only a session run's row (no other run gains rollouts while it runs): a joining episode's
         # transaction is waited for, and one that comes later waits for this one and reopens the run.
-        cursor.execute(_SESSION_RUN_LOCK_SQL, [run_id, RunPurpose.SESSION])
+        # `session=False`: the caller knows the run is no session run, and no statement is spent on it.
+        if session:
+            cursor.execute(_SESSION_RUN_LOCK_SQL, [run_id, RunPurpose.SESSION])
         cursor.execute(_ROLLOUT_ENDED_SQL, [RunStatus.FINISHED, run_id, RunStatus.QUEUED, RunStatus.RUNNING, run_id,
                                             team_id, team_running_cap(), TEAM_CAP_LOCK])
         finished, unparked = cursor.fetchone()
@@ -140,6 +142,9 @@ def rollout_status_changed(rollout: Rollout) -> None:
         if rollout.status == RolloutStatus.RUNNING:
             run_mark_started(run_id=rollout.run_id)
         elif rollout.is_finished:
-            run_finish_if_done(run_id=rollout.run_id, team_id=rollout.team_id)
+            # A run the rollout was loaded with says its purpose; otherwise the lock is taken to be safe.
+            known = Rollout.run.is_cached(rollout)
+            session = not known or rollout.run.purpose == RunPurpose.SESSION
+            run_finish_if_done(run_id=rollout.run_id, team_id=rollout.team_id, session=session)
 
     transaction.on_commit(after)

@@ -18,8 +18,12 @@ CONTENT_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.ap
 def export_refusal(rollouts) -> str:
     """Why these rollouts may not leave as training data ("" when they may): the team's training gate keeps
     a flagged version's rollouts in until someone overrides it (runs.quality.gate)."""
-    versions = EnvironmentVersion.objects.filter(pk__in=rollouts.values("run__environment_version_id"))
-    gated = gated_versions(versions=versions.select_related("environment__team"))
+    # Only versions of teams whose gate is on, and only what the gate reads (never a version's files).
+    versions = EnvironmentVersion.objects.filter(
+        pk__in=rollouts.values("run__environment_version_id"), environment__team__training_gate=True,
+    ).select_related("environment__team").only(
+        "id", "number", "environment__id", "environment__slug", "environment__team__id", "environment__team__training_gate")
+    gated = gated_versions(versions=versions)
     return gate_state(version=gated[0])["message"] if gated else ""
 
 
