@@ -52,9 +52,9 @@ class AuditRunning(Conflict):
 # -- start ----------------------------------------------------------------------------------------
 
 
-def success_words(version) -> list[str]:
-    """Words the environment's own code uses for success (string literals of its .py files)."""
-    words = set()
+def code_strings(version):
+    """Each string literal of the package's own Python code (its oracle and probes aside; a file that does
+    not parse is skipped): what probes learn the environment's words and paths from."""
     for path, text in version.files.items():
         if not path.endswith(".py") or path.startswith("probes/") or path == oracle_path(version):
             continue
@@ -64,9 +64,16 @@ def success_words(version) -> list[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                for word in node.value.replace("!", " ").replace(".", " ").split():
-                    if any(stem in word.lower() for stem in SUCCESS_WORDS) and len(word) <= 30 and word.isprintable():
-                        words.add(word)
+                yield node.value
+
+
+def success_words(version) -> list[str]:
+    """Words the environment's own code uses for success (string literals of its .py files)."""
+    words = set()
+    for literal in code_strings(version):
+        for word in literal.replace("!", " ").replace(".", " ").split():
+            if any(stem in word.lower() for stem in SUCCESS_WORDS) and len(word) <= 30 and word.isprintable():
+                words.add(word)
     return sorted(words)[:40]
 
 
@@ -106,17 +113,7 @@ PATH_LITERAL = re.compile(r"^(?:/|\.{0,2}/)?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:txt|js
 def path_literals(version) -> list[str]:
     """Path-like string literals of the package's own code (its oracle and probes aside): where a verifier
     may look for a report the agent could forge (the `tamper` probe writes to each)."""
-    paths = set()
-    for path, text in version.files.items():
-        if not path.endswith(".py") or path.startswith("probes/") or path == oracle_path(version):
-            continue
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) <= 200 and PATH_LITERAL.match(node.value):
-                paths.add(node.value)
+    paths = {literal for literal in code_strings(version) if len(literal) <= 200 and PATH_LITERAL.match(literal)}
     return sorted(paths)[:40]
 
 
